@@ -1,0 +1,1 @@
+"""Benchmarks for the disc lazy-tensor device; run with ``python -m benchmarks``."""

@@ -1,0 +1,244 @@
+"""Time MNIST training steps and per-op tracing cost on disc vs CPU.
+
+Step time: one SGD (momentum 0.9) step of the example MLP and CNN on a fixed
+random batch that already lives on the device, so the number is the step
+itself without input transfer.  Each timed step ends with ``loss.item()``,
+which waits for the device to finish.  Reported: median over ``--steps``
+after ``--warmup`` steps, and the speedup over CPU eager (eager ms / ms).
+
+torch.compile runs in a subprocess with ``--compile-timeout`` because a slow
+or broken compiler must not hang or crash the whole benchmark ('n/a').
+
+Tracing cost: a chain of ``y = y * 1.0001 + 0.5`` on a [16] tensor, timed
+without syncing and divided by the ``ops_traced`` counter delta (CPU eager:
+by the number of ops issued).
+
+Run from the repository root: ``python -m benchmarks`` (see ``--help``).
+"""
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):
+    # Run as a script: make the repository root importable for `examples.*`.
+    sys.path.insert(0, str(ROOT))
+
+import torch
+import torch.nn.functional as F
+
+from examples.mnist.train import build_model
+
+EAGER = "cpu"
+
+
+class Unavailable(Exception):
+    """A measurement that cannot run here; the message goes in the table."""
+
+
+def describe(exc):
+    """One short line for a table cell."""
+    if isinstance(exc, Unavailable):
+        return str(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:120]
+
+
+def time_steps(model_name, device, sync, steps, warmup, batch_size, compile_backend=None):
+    """Return per-step wall times in ms for ``steps`` timed training steps."""
+    torch.manual_seed(0)
+    model = build_model(model_name).to(device)
+    if compile_backend:
+        model = torch.compile(model, backend=compile_backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(batch_size, 1, 28, 28).to(device)
+    y = torch.randint(0, 10, (batch_size,)).to(device)
+    sync()
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        sync()
+        loss.item()  # waits until the device has really finished the step
+        if i >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def time_compiled(model_name, args):
+    """Run the torch.compile measurement in a subprocess; returns ms list."""
+    cmd = [sys.executable, "-m", "benchmarks.mnist_step", "--compiled-worker", model_name,
+           "--compile-backend", args.compile_backend, "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    # A new session lets a timeout kill the compiler's worker processes too.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=args.compile_timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise Unavailable(f"timed out after {args.compile_timeout}s") from None
+    if proc.returncode != 0:
+        lines = err.strip().splitlines() or [f"exit code {proc.returncode}"]
+        raise Unavailable(lines[-1][:120])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def trace_cost(device, sync, iters, counters=None):
+    """Microseconds per op for a chain of small element-wise ops.
+
+    ``counters`` (disc only) supplies ``ops_traced``; the loop is timed
+    without syncing, so on disc this is the pure tracing cost.
+    """
+    y = torch.ones(16, device=device)
+    for _ in range(10):  # warm up dispatch paths and caches
+        y = y * 1.0001 + 0.5
+    sync()
+    before = counters()["ops_traced"] if counters else 0
+    start = time.perf_counter()
+    for _ in range(iters):
+        y = y * 1.0001 + 0.5
+    elapsed = time.perf_counter() - start
+    ops = counters()["ops_traced"] - before if counters else 2 * iters
+    start = time.perf_counter()
+    sync()
+    y.sum().item()
+    sync_ms = (time.perf_counter() - start) * 1e3
+    return {"us_per_op": elapsed * 1e6 / max(ops, 1), "ops": ops, "sync_ms": sync_ms}
+
+
+def fmt(value, spec):
+    return "n/a" if value is None else format(value, spec)
+
+
+def markdown(rows, trace):
+    """Render the step-time and tracing-cost tables."""
+    lines = ["| model | device | ms/step | speedup vs cpu eager |",
+             "|---|---|---:|---:|"]
+    for r in rows:
+        note = f" ({r['error']})" if r.get("error") else ""
+        lines.append(f"| {r['model']} | {r['device']} | {fmt(r['ms'], '.3f')}{note} "
+                     f"| {fmt(r['speedup'], '.2f')} |")
+    lines += ["", "| device | us/op (tracing on disc) | ops | sync ms |",
+              "|---|---:|---:|---:|"]
+    for dev, t in trace.items():
+        if "error" in t:
+            lines.append(f"| {dev} | n/a ({t['error']}) | | |")
+        else:
+            lines.append(f"| {dev} | {t['us_per_op']:.2f} | {t['ops']} | {t['sync_ms']:.2f} |")
+    return "\n".join(lines)
+
+
+def run(args):
+    """Run all measurements; returns the JSON-ready result dict."""
+    disc, disc_error = None, None
+    if "disc" in args.devices:
+        try:
+            import torch_disc as disc
+        except Exception as exc:  # not built yet, or broken: report, don't abort
+            disc_error = Unavailable(describe(exc))
+
+    rows = []
+    for model in args.models:
+        eager_ms = None
+        for dev in args.devices:
+            row = {"model": model, "device": dev, "ms": None, "speedup": None}
+            try:
+                if dev == "cpu":
+                    times = time_steps(model, "cpu", lambda: None, args.steps,
+                                       args.warmup, args.batch_size)
+                elif dev == "disc":
+                    if disc is None:
+                        raise disc_error
+                    times = time_steps(model, "disc", disc.sync, args.steps,
+                                       args.warmup, args.batch_size)
+                else:  # compiled on CPU
+                    row["device"] = f"cpu+{args.compile_backend}"
+                    times = time_compiled(model, args)
+                row["ms"] = statistics.median(times)
+            except Exception as exc:
+                row["error"] = describe(exc)
+            if dev == EAGER:
+                eager_ms = row["ms"]
+            rows.append(row)
+        for row in rows:
+            if row["model"] == model and row["ms"] and eager_ms:
+                row["speedup"] = eager_ms / row["ms"]
+
+    trace = {"cpu": trace_cost("cpu", lambda: None, args.trace_ops)}
+    if "disc" in args.devices:
+        try:
+            if disc is None:
+                raise disc_error
+            trace["disc"] = trace_cost("disc", disc.sync, args.trace_ops,
+                                       disc.metrics.counters)
+        except Exception as exc:
+            trace["disc"] = {"error": describe(exc)}
+
+    return {
+        "config": {k: getattr(args, k) for k in
+                   ("steps", "warmup", "batch_size", "models", "devices", "trace_ops")},
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "steps": rows,
+        "trace": trace,
+    }
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="MNIST step-time and tracing benchmark")
+    p.add_argument("--models", type=lambda s: s.split(","), default=["mlp", "cnn"])
+    p.add_argument("--devices", type=lambda s: s.split(","), default=["cpu", "disc", "compile"],
+                   help="comma list of cpu, disc, compile (default: all)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (median)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--compile-backend", default="inductor")
+    p.add_argument("--compile-timeout", type=float, default=300, help="seconds")
+    p.add_argument("--trace-ops", type=int, default=1000,
+                   help="loop iterations for the tracing-cost test (2 ops each)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice); fewer is "
+                        "steadier on a shared machine")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "bench_mnist.json")
+    p.add_argument("--compiled-worker", metavar="MODEL", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    unknown = set(args.devices) - {"cpu", "disc", "compile"}
+    if unknown:
+        p.error(f"unknown devices: {', '.join(sorted(unknown))}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.compiled_worker:  # subprocess side of time_compiled()
+        print(json.dumps(time_steps(args.compiled_worker, "cpu", lambda: None, args.steps,
+                                    args.warmup, args.batch_size, args.compile_backend)))
+        return None
+    result = run(args)
+    print(markdown(result["steps"], result["trace"]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""MNIST / Fashion-MNIST example: IDX reader (data.py) and trainer (train.py)."""

@@ -1,0 +1,191 @@
+"""Train a small MLP or CNN on (Fashion-)MNIST on the disc lazy device or CPU.
+
+Usage: python examples/mnist/train.py [--device disc|cpu] [--model mlp|cnn] ...
+
+``main(argv)`` runs in-process and returns the test accuracy, the per-step
+losses and the training throughput, so tests can compare devices.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a script: make the repository root importable for `examples.*`.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from examples.mnist.data import DEFAULT_DIR, load_split
+
+EVAL_BATCH_SIZE = 1000
+DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
+POSTFIX_EVERY = 50  # steps between progress-bar loss updates
+
+
+def build_model(name, dropout=0.0):
+    """Return the ``mlp`` (784-256-128-10) or ``cnn`` model.
+
+    Dropout layers are only added for ``dropout > 0`` so that the default
+    models contain no random ops (keeps disc/CPU runs bit-comparable).
+    """
+    def drop():
+        return [nn.Dropout(dropout)] if dropout > 0 else []
+
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(784, 256), nn.ReLU(), *drop(),
+            nn.Linear(256, 128), nn.ReLU(), *drop(),
+            nn.Linear(128, 10),
+        )
+    if name == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(1600, 128), nn.ReLU(), *drop(),
+            nn.Linear(128, 10),
+        )
+    raise ValueError(f"unknown model {name!r}")
+
+
+def build_optimizer(name, params, lr):
+    """SGD (momentum 0.9), Adam or AdamW with learning rate ``lr``."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def device_and_sync(name):
+    """Return ``(torch.device, sync_fn)``; torch_disc is imported only for disc."""
+    if name == "disc":
+        import torch_disc  # registers the "disc" device
+
+        return torch.device("disc"), torch_disc.sync
+    return torch.device(name), lambda: None
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["disc", "cpu"], default="disc")
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--optimizer", choices=sorted(DEFAULT_LR), default="sgd")
+    p.add_argument("--lr", type=float, default=None,
+                   help="default: 0.05 for sgd, 1e-3 for adam/adamw")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout after hidden layers (0 = no dropout layer)")
+    p.add_argument("--data", default=DEFAULT_DIR, help="directory with IDX files")
+    p.add_argument("--limit", type=int, default=None,
+                   help="use the first N train and first min(N, 10000) test samples")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="stop after N training steps in total")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-losses", metavar="FILE", default=None,
+                   help="write per-step training losses as a JSON list")
+    p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    args = p.parse_args(argv)
+    if args.lr is None:
+        args.lr = DEFAULT_LR[args.optimizer]
+    return args
+
+
+def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc):
+    """Run one shuffled epoch, stopping early after ``max_steps`` (None: no cap).
+
+    Returns ``(losses, samples, seconds)``.  Losses are kept as detached device
+    tensors during the loop and read back afterwards: on disc the values are
+    already materialized by the sync at the end of each optimizer.step(), so
+    reading them later costs no extra graph execution.
+    """
+    model.train()
+    order = torch.randperm(len(x), generator=generator)
+    batches = order.split(args.batch_size)  # keeps the last partial batch
+    if max_steps is not None:
+        batches = batches[:max_steps]
+    show = not args.no_progress and sys.stderr.isatty()
+    pending, samples = [], 0
+    start = time.perf_counter()
+    bar = tqdm(batches, desc=desc, disable=not show, leave=False)
+    for step, idx in enumerate(bar):
+        xb, yb = x[idx].to(device), y[idx].to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        pending.append(loss.detach())
+        samples += len(idx)
+        if show and step % POSTFIX_EVERY == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    sync()  # stop the clock only once all queued device work has run
+    seconds = time.perf_counter() - start
+    return [t.item() for t in pending], samples, seconds
+
+
+@torch.no_grad()
+def evaluate(model, x, y, device):
+    """Top-1 accuracy over (x, y) in batches of EVAL_BATCH_SIZE."""
+    model.eval()
+    correct = 0
+    for xb, yb in zip(x.split(EVAL_BATCH_SIZE), y.split(EVAL_BATCH_SIZE)):
+        pred = model(xb.to(device)).argmax(dim=1)
+        # .item() syncs each batch, so every graph stays one batch in size.
+        correct += (pred == yb.to(device)).sum().item()
+    return correct / max(len(x), 1)
+
+
+def main(argv=None):
+    """Train and evaluate; returns {'test_accuracy', 'losses', 'samples_per_s'}."""
+    args = parse_args(argv)
+    device, sync = device_and_sync(args.device)
+    x_train, y_train = load_split(args.data, "train", limit=args.limit)
+    test_limit = None if args.limit is None else min(10000, args.limit)
+    x_test, y_test = load_split(args.data, "t10k", limit=test_limit)
+
+    torch.manual_seed(args.seed)  # same initial weights on every device
+    model = build_model(args.model, args.dropout).to(device)
+    opt = build_optimizer(args.optimizer, model.parameters(), args.lr)
+    generator = torch.Generator().manual_seed(args.seed)
+
+    losses, samples, seconds, accuracy = [], 0, 0.0, 0.0
+    for epoch in range(1, args.epochs + 1):
+        steps_left = None if args.max_steps is None else args.max_steps - len(losses)
+        if steps_left is not None and steps_left <= 0:
+            break
+        epoch_losses, n, secs = train_epoch(
+            model, opt, x_train, y_train, args, device, sync, generator,
+            steps_left, desc=f"epoch {epoch}/{args.epochs}",
+        )
+        losses += epoch_losses
+        samples, seconds = samples + n, seconds + secs
+        accuracy = evaluate(model, x_test, y_test, device)
+        mean_loss = sum(epoch_losses) / max(len(epoch_losses), 1)
+        print(f"epoch {epoch}: train loss {mean_loss:.4f}  test acc {accuracy:.2%}  "
+              f"{n / secs:.0f} samples/s ({len(epoch_losses)} steps, {secs:.1f}s)")
+
+    if args.log_losses:
+        Path(args.log_losses).write_text(json.dumps(losses))
+    if args.device == "disc":
+        import torch_disc
+
+        print(torch_disc.metrics.report())
+    return {
+        "test_accuracy": accuracy,
+        "losses": losses,
+        "samples_per_s": samples / seconds if seconds else 0.0,
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+// Conversion between boxed ATen arguments (IValues) and the trace IR's
+// torch-free attributes. Exact round trip: replaying a node passes the op
+// the same arguments it was traced with (the disc device becomes CPU).
+#pragma once
+#include <ATen/core/ivalue.h>
+#include <ATen/core/function_schema.h>
+
+#include <optional>
+
+#include "lowering/ir/attr.h"
+
+namespace disc {
+
+// nullopt when the argument cannot be recorded (e.g. an explicit Generator).
+std::optional<ir::Attr> to_attr(const c10::IValue& v, const c10::Argument& arg);
+c10::IValue to_ivalue(const ir::Attr& a);
+
+// Float Scalars (learning rate, momentum, eps...) change between steps:
+// they are recorded as runtime data rather than constants.
+bool is_runtime_scalar(const c10::IValue& v, const c10::Argument& arg);
+
+}  // namespace disc

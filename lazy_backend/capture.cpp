@@ -1,0 +1,261 @@
+#include "lazy_backend/capture.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <optional>
+
+#include "lazy_backend/attr_ivalue.h"
+#include "lazy_backend/lazy_storage.h"
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/node_builder.h"
+#include "lazy_backend/rng.h"
+#include "lazy_backend/tensor_data.h"
+
+namespace disc {
+
+namespace {
+
+bool is_disc(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// Torch allows a CPU scalar tensor (0-dim) next to device tensors; anything
+// else on another device is the user's error, reported as torch does for cuda.
+void check_device(const at::Tensor& t, const std::string& op) {
+  if (!t.defined() || is_disc(t)) return;
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+              "Expected all tensors to be on the same device, but found at least two devices, "
+              "disc:0 and ", t.device(), "! (when checking arguments for ", op, ")");
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+c10::IValue meta_ivalue(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& t : v.toOptionalTensorList()) {
+      std::optional<at::Tensor> o = t;
+      out.push_back(o && o->defined() ? std::optional(to_meta(*o)) : std::nullopt);
+    }
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1)
+    return c10::Device(c10::kMeta);
+  return v;
+}
+
+ir::Value value_of(const at::Tensor& t) {
+  if (is_disc(t)) return lazy_storage_of(t).read(t);
+  return make_data(t.clone());  // a CPU scalar: owned by the trace from now on
+}
+
+// Why the op cannot be recorded, or nullopt when it can.
+std::optional<std::string> unrecordable(const c10::FunctionSchema& schema,
+                                        c10::ArrayRef<c10::IValue> args) {
+  if (is_denied(schema.operator_name().name)) return "data-dependent or host op";
+  for (const auto& r : schema.returns()) {
+    const auto* alias = r.alias_info();
+    if (alias && !alias->isWrite()) return "view op without a disc kernel";
+    const auto kind = r.real_type()->kind();
+    bool tensorish = kind == c10::TypeKind::TensorType ||
+                     (kind == c10::TypeKind::ListType &&
+                      r.real_type()->castRaw<c10::ListType>()->getElementType()->kind() ==
+                          c10::TypeKind::TensorType);
+    if (!tensorish) return "returns a non-tensor value";
+  }
+  const auto& formals = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor() || v.isTensorList() || v.isOptionalTensorList() || v.isNone()) continue;
+    if (v.isGenerator()) return "explicit generator";
+    if (v.isList() && formals[i].real_type()->kind() == c10::TypeKind::ListType &&
+        formals[i].real_type()->castRaw<c10::ListType>()->getElementType()->kind() ==
+            c10::TypeKind::NumberType)
+      continue;  // ScalarList: recorded as runtime data
+    if (!to_attr(v, formals[i])) return "argument '" + formals[i].name() + "' of unsupported type";
+  }
+  return std::nullopt;
+}
+
+struct Recorded {
+  ir::NodePtr node;
+  std::vector<at::Tensor> mutated;  // disc tensors written in place
+};
+
+// Records the node; meta_args holds the op's arguments after the meta run
+// (mutated meta tensors carry their new sizes).
+Recorded record(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
+                const std::vector<at::Tensor>& fresh_meta,
+                const std::vector<at::Tensor>& mutated_meta, const std::string& name,
+                bool random) {
+  NodeBuilder b(name);
+  Recorded rec;
+  std::vector<uint32_t> mutated_inputs;
+  const auto& formals = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    const auto* alias = formals[i].alias_info();
+    const bool writes = alias && alias->isWrite();
+    if (v.isTensor() && v.toTensor().defined()) {
+      if (writes) {
+        mutated_inputs.push_back(b.num_inputs());
+        rec.mutated.push_back(v.toTensor());
+      }
+      b.tensor(value_of(v.toTensor()));
+    } else if (v.isTensorList()) {
+      std::vector<ir::Value> vs;
+      for (const at::Tensor& t : v.toTensorVector()) {
+        if (writes) {
+          mutated_inputs.push_back(b.num_inputs() + static_cast<uint32_t>(vs.size()));
+          rec.mutated.push_back(t);
+        }
+        vs.push_back(value_of(t));
+      }
+      b.tensor_list(vs);
+    } else if (v.isOptionalTensorList()) {
+      std::vector<std::optional<ir::Value>> vs;
+      for (const auto& t : v.toOptionalTensorList()) {
+        std::optional<at::Tensor> o = t;
+        vs.push_back(o && o->defined() ? std::optional(value_of(*o)) : std::nullopt);
+      }
+      b.optional_tensor_list(vs);
+    } else if (v.isTensor()) {
+      b.none();  // an undefined optional tensor
+    } else if (is_runtime_scalar(v, formals[i])) {
+      b.runtime(*to_attr(v, formals[i]));
+    } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+      std::vector<ir::Attr> scalars;  // ScalarList, e.g. Adam's step sizes
+      for (const c10::IValue& e : v.toListRef())
+        scalars.push_back(e.isDouble() ? ir::Attr::of_double(ir::Attr::Kind::kScalarDouble, e.toDouble())
+                                       : ir::Attr::of_int(ir::Attr::Kind::kScalarInt, e.toInt()));
+      b.runtime_list(std::move(scalars));
+    } else {
+      b.attr(*to_attr(v, formals[i]));
+    }
+  }
+  for (const at::Tensor& m : fresh_meta) b.output(type_of(m));
+  for (size_t j = 0; j < mutated_inputs.size(); ++j)
+    b.mutates(mutated_inputs[j], type_of(mutated_meta[j]));
+  if (random) {
+    auto [seed, offset] = next_random_draw();
+    b.rng(seed, offset);
+  }
+  rec.node = b.build();
+  return rec;
+}
+
+// Gives a disc tensor the sizes an out= op resized it to.
+void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
+  if (t.sizes() == sizes) return;
+  auto* impl = t.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(sizes);
+  size_t need = static_cast<size_t>(t.numel()) * t.element_size();
+  LazyStorage& s = lazy_storage_of(t);
+  if (need > s.nbytes()) {
+    s.grow(need);
+    t.storage().set_nbytes(need);
+  }
+}
+
+}  // namespace
+
+void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                         torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name =
+      schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  const size_t nargs = schema.arguments().size();
+  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, nargs);
+  if (auto why = unrecordable(schema, args)) return cpu_fallback(op, stack, *why);
+
+  metrics::ScopedTimer timer(metrics::counters().trace_ns);
+  torch::jit::Stack meta;
+  meta.reserve(nargs);
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) check_device(v.toTensor(), name);
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) check_device(t, name);
+    meta.push_back(meta_ivalue(v));
+  }
+  torch::jit::Stack meta_args = meta;  // keeps the (mutated) meta inputs
+  try {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&meta);
+  } catch (const c10::NotImplementedError&) {
+    return cpu_fallback(op, stack, "no meta kernel");
+  } catch (const c10::Error& e) {
+    // The user's error (bad shapes, dtypes): say which op, keep torch's words.
+    TORCH_CHECK(false, name, ": ", e.what_without_backtrace());
+  }
+
+  std::vector<at::Tensor> fresh, mutated_meta;
+  const auto& returns = schema.returns();
+  for (size_t r = 0; r < returns.size(); ++r) {
+    const auto* alias = returns[r].alias_info();
+    if (alias && alias->isWrite()) continue;
+    if (meta[r].isTensor()) fresh.push_back(meta[r].toTensor());
+    else for (const at::Tensor& t : meta[r].toTensorVector()) fresh.push_back(t);
+  }
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (!alias || !alias->isWrite()) continue;
+    if (meta_args[i].isTensor() && meta_args[i].toTensor().defined())
+      mutated_meta.push_back(meta_args[i].toTensor());
+    else if (meta_args[i].isTensorList())
+      for (const at::Tensor& t : meta_args[i].toTensorVector()) mutated_meta.push_back(t);
+  }
+  for (const at::Tensor& t : fresh) to_ir(t.scalar_type());  // names unsupported dtypes
+
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  Recorded rec = record(schema, args, fresh, mutated_meta, name,
+                        op.hasTag(at::Tag::nondeterministic_seeded));
+  metrics::counters().ops_traced++;
+
+  std::vector<at::Tensor> results;
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    at::Tensor out = empty_disc(fresh[k].sizes(), fresh[k].scalar_type());
+    lazy_storage_of(out).write(out, {rec.node, static_cast<uint32_t>(k)});
+    results.push_back(out);
+  }
+  for (size_t j = 0; j < rec.mutated.size(); ++j) {
+    resize_disc(rec.mutated[j], mutated_meta[j].sizes());
+    lazy_storage_of(rec.mutated[j])
+        .write(rec.mutated[j], {rec.node, static_cast<uint32_t>(fresh.size() + j)});
+  }
+
+  // Returns: fresh tensors in order; an in-place return is its argument.
+  torch::jit::Stack out;
+  size_t next = 0;
+  for (size_t r = 0; r < returns.size(); ++r) {
+    const auto* alias = returns[r].alias_info();
+    if (alias && alias->isWrite()) {
+      for (size_t i = 0; i < nargs; ++i) {
+        const auto* a = schema.arguments()[i].alias_info();
+        if (a && a->isWrite() && a->beforeSets() == alias->beforeSets()) {
+          out.push_back(args[i]);
+          break;
+        }
+      }
+    } else if (meta[r].isTensor()) {
+      out.emplace_back(results[next++]);
+    } else {
+      size_t n = meta[r].toTensorVector().size();
+      out.emplace_back(std::vector<at::Tensor>(results.begin() + next, results.begin() + next + n));
+      next += n;
+    }
+  }
+  torch::jit::drop(*stack, nargs);
+  for (auto& v : out) stack->push_back(std::move(v));
+}
+
+}  // namespace disc

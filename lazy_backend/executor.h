@@ -1,0 +1,34 @@
+// The executor interface the sync runs graphs through. The reference
+// executor (ATen CPU kernels, node by node) is the correctness oracle; the
+// fusion compiler plugs in as another Executor.
+#pragma once
+#include <ATen/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "lowering/ir/graph.h"
+
+namespace disc {
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs `graph`, which has the structure this was compiled from; data comes
+  // from its parameter leaves and runtime scalars from its nodes. Returns one
+  // CPU tensor per graph output.
+  virtual std::vector<at::Tensor> run(const ir::Graph& graph) = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual const char* name() const = 0;
+  virtual std::unique_ptr<Executable> compile(const ir::Graph& graph) = 0;
+};
+
+Executor& reference_executor();
+// Chosen by DISC_EXECUTOR (default and, for now, only: "reference").
+Executor& active_executor();
+
+}  // namespace disc

@@ -1,0 +1,75 @@
+// The storage model of disc tensors.
+//
+// Every disc tensor is an ordinary TensorImpl with real sizes, strides and
+// storage offset over a c10::Storage whose DataPtr context is a LazyStorage.
+// A LazyStorage holds no bytes: it holds the *value* of its whole buffer as a
+// trace value (pending) or as CPU data (after a sync). Views share the
+// LazyStorage, exactly as CPU views share memory, so views of views, in-place
+// ops on views, detach() and autograd's as_strided replay are all exact:
+//   read(t)     -> the value seen through t's geometry (reshape / as_strided)
+//   write(t, v) -> the buffer's new value (v itself, or as_strided_scatter)
+#pragma once
+#include <ATen/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "lowering/ir/node.h"
+
+namespace disc {
+
+class LazyStorage {
+ public:
+  explicit LazyStorage(size_t nbytes);
+  ~LazyStorage();
+  LazyStorage(const LazyStorage&) = delete;
+  LazyStorage& operator=(const LazyStorage&) = delete;
+
+  // Both require trace_mutex().
+  ir::Value read(const at::Tensor& t);
+  void write(const at::Tensor& t, ir::Value v);
+
+  // After a sync: the CPU values seen through t's geometry (may alias the
+  // stored data; copy before handing out).
+  at::Tensor read_cpu(const at::Tensor& t);
+
+  // The whole buffer's value; pending when it is not a data leaf.
+  const ir::Value& value() const { return value_; }
+  bool pending() const { return value_ && !value_.node->is_data(); }
+  void bind_data(at::Tensor cpu);  // the sync's result for value()
+  void grow(size_t nbytes);        // resize_ to a larger size
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  struct CachedView {
+    std::vector<int64_t> sizes, strides;
+    int64_t offset;
+    at::ScalarType dtype;
+    ir::Value value;
+  };
+  ir::Value typed_value(at::ScalarType dtype);  // value_ reinterpreted as dtype
+  void ensure_initialized(at::ScalarType dtype);
+
+  size_t nbytes_;
+  ir::Value value_;  // null until first written: reads then see zeros
+  std::vector<CachedView> views_;  // values read since the last write
+};
+
+// The LazyStorage behind a disc tensor; throws for other devices.
+LazyStorage& lazy_storage_of(const at::Tensor& t);
+// Reads / writes a disc tensor's value (takes trace_mutex()).
+ir::Value read_value(const at::Tensor& t);
+void write_value(const at::Tensor& t, ir::Value v);
+
+// One lock for trace state: tracing threads and the sync never interleave.
+std::recursive_mutex& trace_mutex();
+
+// Every live LazyStorage, for the sync (caller holds trace_mutex()).
+std::vector<LazyStorage*> live_storages();
+
+c10::Allocator* disc_allocator();
+at::Tensor empty_disc(at::IntArrayRef sizes, at::ScalarType dtype);
+
+}  // namespace disc

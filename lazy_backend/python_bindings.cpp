@@ -1,0 +1,101 @@
+// torch_disc._C: the Python surface of the backend. Thin: each function
+// forwards to lazy_backend.
+#include <Python.h>
+#include <frameobject.h>
+#include <torch/extension.h>
+
+#include <cstring>
+
+#include "lazy_backend/lazy_storage.h"
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/rng.h"
+#include "lazy_backend/sync.h"
+#include "lowering/ir/graph.h"
+
+namespace py = pybind11;
+
+namespace disc {
+namespace {
+
+bool internal_file(const std::string& f) {
+  // Frames of torch and of this package are not the user's line.
+  return f.find("/torch/") != std::string::npos || f.find("/torch_disc/") != std::string::npos ||
+         f.rfind("<frozen", 0) == 0;
+}
+
+// "file:line (function)" of the innermost user frame.
+std::string current_python_location() {
+  if (!Py_IsInitialized()) return "";
+  py::gil_scoped_acquire gil;
+  PyFrameObject* frame = PyEval_GetFrame();
+  Py_XINCREF(frame);
+  std::string fallback;
+  while (frame) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    std::string file = PyUnicode_AsUTF8(code->co_filename);
+    std::string where = file + ":" + std::to_string(PyFrame_GetLineNumber(frame)) + " (" +
+                        PyUnicode_AsUTF8(code->co_name) + ")";
+    Py_DECREF(code);
+    if (fallback.empty()) fallback = where;
+    if (!internal_file(file)) {
+      Py_DECREF(frame);
+      return where;
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  return fallback;
+}
+
+std::string graph_text(const std::vector<at::Tensor>& tensors) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  std::vector<ir::Value> roots;
+  for (const at::Tensor& t : tensors) roots.push_back(lazy_storage_of(t).read(t));
+  return ir::build_graph(roots).to_string();
+}
+
+bool is_pending(const at::Tensor& t) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  return lazy_storage_of(t).pending();
+}
+
+at::Generator& mutable_generator() { return default_disc_generator(); }
+
+}  // namespace
+}  // namespace disc
+
+PYBIND11_MODULE(_C, m) {
+  using namespace disc;
+  set_python_location_provider(&current_python_location);
+  m.doc() = "torch_disc native backend";
+  m.def("sync", &disc::sync, py::arg("cause") = "user", py::call_guard<py::gil_scoped_release>());
+  m.def("metrics", [] { return metrics::snapshot(); });
+  m.def("reset_metrics", &metrics::reset);
+  m.def("compile_cache_size", &compile_cache_size);
+  m.def("clear_compile_cache", &clear_compile_cache);
+  m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
+  m.def("is_pending", &is_pending);
+  m.def("python_location", &python_location);
+  m.def("manual_seed", [](uint64_t seed) {
+    at::Generator& g = mutable_generator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(seed);
+  });
+  m.def("seed", [] {
+    at::Generator& g = mutable_generator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return g.seed();
+  });
+  m.def("initial_seed", [] { return default_disc_generator().current_seed(); });
+  m.def("get_rng_state", [] {
+    at::Generator& g = default_disc_generator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return at::Tensor(g.get_state());
+  });
+  m.def("set_rng_state", [](const at::Tensor& state) {
+    at::Generator& g = mutable_generator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(state.cpu().contiguous());
+  });
+}

@@ -1,0 +1,106 @@
+#include "lazy_backend/replay.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include "lazy_backend/attr_ivalue.h"
+#include "lazy_backend/tensor_data.h"
+
+namespace disc {
+
+c10::OperatorHandle resolve_op(uint32_t op) {
+  const std::string& full = ir::op_name(op);
+  // "aten::name.overload": the overload follows the first '.' after "::".
+  size_t ns = full.find("::");
+  size_t dot = full.find('.', ns == std::string::npos ? 0 : ns + 2);
+  std::string name = dot == std::string::npos ? full : full.substr(0, dot);
+  std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK(handle.has_value(), "disc: unknown operator ", full);
+  return *handle;
+}
+
+at::Tensor param_tensor(const ir::Node& n) {
+  const at::Tensor* t = data_of(n);
+  TORCH_INTERNAL_ASSERT(t, "disc: parameter without data");
+  return *t;
+}
+
+namespace {
+
+// as_strided indexes the storage, not the tensor: give it a fresh,
+// contiguous buffer that starts at offset 0 so storage == logical order.
+bool needs_flat_storage(uint32_t op) {
+  static const uint32_t a = ir::intern_op("aten::as_strided");
+  static const uint32_t b = ir::intern_op("aten::as_strided_scatter");
+  return op == a || op == b;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
+                               std::vector<at::Tensor> ins) {
+  if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
+    ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
+  for (uint32_t m : n.mutated) ins[m] = ins[m].clone();
+
+  torch::jit::Stack stack;
+  stack.reserve(n.operands.size());
+  for (const ir::Operand& o : n.operands) {
+    switch (o.kind) {
+      case ir::Operand::Kind::kTensor:
+        stack.emplace_back(ins[o.first]);
+        break;
+      case ir::Operand::Kind::kTensorList:
+        stack.emplace_back(std::vector<at::Tensor>(ins.begin() + o.first,
+                                                   ins.begin() + o.first + o.count));
+        break;
+      case ir::Operand::Kind::kOptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> l;
+        uint32_t next = o.first;
+        for (int64_t present : n.attrs[o.mask].ints)
+          l.push_back(present ? std::optional<at::Tensor>(ins[next++]) : std::nullopt);
+        stack.emplace_back(std::move(l));
+        break;
+      }
+      case ir::Operand::Kind::kAttr:
+        stack.push_back(to_ivalue(n.attrs[o.first]));
+        break;
+      case ir::Operand::Kind::kRuntime:
+        stack.push_back(to_ivalue(n.runtime[o.first]));
+        break;
+      case ir::Operand::Kind::kRuntimeList: {
+        std::vector<at::Scalar> l;
+        for (uint32_t k = 0; k < o.count; ++k) l.push_back(to_ivalue(n.runtime[o.first + k]).toScalar());
+        stack.emplace_back(l);
+        break;
+      }
+    }
+  }
+  {
+    // Values never require grad here; skip the autograd layers.
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&stack);
+  }
+
+  std::vector<at::Tensor> outs;
+  outs.reserve(n.outputs.size());
+  const auto& returns = op.schema().returns();
+  for (size_t r = 0; r < returns.size() && r < stack.size(); ++r) {
+    const auto* alias = returns[r].alias_info();
+    if (alias && alias->isWrite()) continue;  // the mutated input, added below
+    const c10::IValue& v = stack[r];
+    if (v.isTensor()) {
+      outs.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) outs.push_back(t);
+    }
+  }
+  for (uint32_t m : n.mutated) outs.push_back(ins[m]);
+  TORCH_INTERNAL_ASSERT(outs.size() == n.outputs.size(), "disc: ", ir::op_name(n.op),
+                        " replay gave ", outs.size(), " outputs, expected ",
+                        n.outputs.size());
+  return outs;
+}
+
+}  // namespace disc

@@ -1,0 +1,24 @@
+// Running one recorded node with ATen: shared by the reference executor and
+// (through it) by the CPU-side checks in tests.
+#pragma once
+#include <ATen/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <vector>
+
+#include "lowering/ir/node.h"
+
+namespace disc {
+
+// The ATen operator an interned op name ("aten::add.Tensor") refers to.
+c10::OperatorHandle resolve_op(uint32_t op);
+
+// Runs node `n` on CPU tensors `ins` (one per node input); returns its
+// outputs: the op's fresh returns, then the new values of mutated inputs.
+std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
+                               std::vector<at::Tensor> ins);
+
+// The CPU tensor a data leaf holds.
+at::Tensor param_tensor(const ir::Node& n);
+
+}  // namespace disc

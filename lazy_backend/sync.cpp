@@ -1,0 +1,104 @@
+// The sync, after torch_xla's SyncTensorsGraph: collect -> build and hash
+// -> look up or compile -> run -> bind results. Each step is one call.
+#include "lazy_backend/sync.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "lazy_backend/compile_cache.h"
+#include "lazy_backend/executor.h"
+#include "lazy_backend/lazy_storage.h"
+#include "lazy_backend/metrics.h"
+
+namespace disc {
+
+namespace {
+
+std::function<std::string()>& location_provider() {
+  static std::function<std::string()> f;
+  return f;
+}
+
+bool debug_sync() {
+  static const bool on = [] {
+    const char* e = std::getenv("DISC_DEBUG_SYNC");
+    return e && *e && std::string(e) != "0";
+  }();
+  return on;
+}
+
+struct Pending {
+  std::vector<LazyStorage*> storages;
+  std::vector<ir::Value> roots;  // storages[k]'s value
+};
+
+// Every live buffer whose value is still a trace: computing them all in one
+// graph is what keeps a value from ever being computed twice.
+Pending collect_pending() {
+  Pending p;
+  for (LazyStorage* s : live_storages()) {
+    if (!s->pending()) continue;
+    p.storages.push_back(s);
+    p.roots.push_back(s->value());
+  }
+  return p;
+}
+
+ir::Graph build_and_hash(const Pending& p) {
+  metrics::ScopedTimer t(metrics::counters().hash_ns);
+  return ir::build_graph(p.roots);
+}
+
+Executable& lookup_or_compile(const ir::Graph& g) {
+  metrics::ScopedTimer t(metrics::counters().compile_ns);
+  bool hit = false;
+  Executable& exe = compile_cache().get_or_compile(g, active_executor(), &hit);
+  (hit ? metrics::counters().cache_hits : metrics::counters().cache_misses)++;
+  return exe;
+}
+
+std::vector<at::Tensor> run(Executable& exe, const ir::Graph& g) {
+  metrics::ScopedTimer t(metrics::counters().execute_ns);
+  metrics::counters().graphs_run++;
+  metrics::counters().graph_nodes += static_cast<int64_t>(g.num_ops());
+  return exe.run(g);
+}
+
+void bind_results(const Pending& p, std::vector<at::Tensor>& results) {
+  for (size_t k = 0; k < p.storages.size(); ++k) p.storages[k]->bind_data(std::move(results[k]));
+}
+
+}  // namespace
+
+void sync(const std::string& cause) {
+  const std::string where = debug_sync() ? python_location() : "";
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  metrics::counters().syncs++;
+  metrics::bump("sync." + cause);
+  Pending pending = collect_pending();
+  if (pending.roots.empty()) return;
+  const int64_t misses_before = metrics::counters().cache_misses;
+  ir::Graph graph = build_and_hash(pending);
+  Executable& exe = lookup_or_compile(graph);
+  std::vector<at::Tensor> results = run(exe, graph);
+  bind_results(pending, results);
+  if (debug_sync()) {
+    std::fprintf(stderr, "[disc] sync cause=%s at %s: %zu ops, %zu outputs, cache %s\n",
+                 cause.c_str(), where.empty() ? "<C++>" : where.c_str(), graph.num_ops(),
+                 graph.outputs.size(),
+                 metrics::counters().cache_misses > misses_before ? "miss" : "hit");
+  }
+}
+
+void set_python_location_provider(std::function<std::string()> provider) {
+  location_provider() = std::move(provider);
+}
+
+std::string python_location() {
+  return location_provider() ? location_provider()() : "";
+}
+
+void clear_compile_cache() { compile_cache().clear(); }
+size_t compile_cache_size() { return compile_cache().size(); }
+
+}  // namespace disc

@@ -1,0 +1,66 @@
+"""``torch.disc``: the device module PyTorch looks up for the "disc" device."""
+import torch
+
+from . import _C
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def set_device(device) -> None:
+    index = torch.device(device).index if not isinstance(device, int) else device
+    if index not in (None, 0):
+        raise RuntimeError(f"disc: device disc:{index} does not exist (only disc:0)")
+
+
+def synchronize(device=None) -> None:
+    """Runs all pending disc work (a sync with cause "synchronize")."""
+    _C.sync("synchronize")
+
+
+def manual_seed(seed: int) -> None:
+    _C.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+manual_seed_all = manual_seed
+
+
+def seed() -> None:
+    _C.seed()
+
+
+seed_all = seed
+
+
+def initial_seed() -> int:
+    return _C.initial_seed()
+
+
+def get_rng_state(device="disc") -> torch.Tensor:
+    """16 bytes: the generator's seed and offset."""
+    return _C.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="disc") -> None:
+    _C.set_rng_state(new_state)
+
+
+def get_amp_supported_dtype():
+    return [torch.float16, torch.bfloat16]

@@ -1,0 +1,57 @@
+"""Counters of the disc backend: what was traced, compiled, run and synced.
+
+>>> torch_disc.metrics.reset()
+>>> ... one training step ...
+>>> torch_disc.metrics.counters()["graphs_run"]
+1
+>>> print(torch_disc.metrics.report())
+"""
+from typing import Dict
+
+from . import _C
+
+
+def counters() -> Dict[str, int]:
+    """All counters by name. Times are in ns (``*_ns``); named counters
+    include ``sync.<cause>`` and ``fallback.<op>``."""
+    return dict(_C.metrics())
+
+
+def reset() -> None:
+    """Zeroes every counter (the compile cache is kept)."""
+    _C.reset_metrics()
+
+
+def fallbacks() -> Dict[str, int]:
+    """Ops that ran on the CPU fallback, with counts."""
+    return {k[len("fallback."):]: v for k, v in counters().items() if k.startswith("fallback.")}
+
+
+def syncs() -> Dict[str, int]:
+    """Syncs by cause."""
+    return {k[len("sync."):]: v for k, v in counters().items() if k.startswith("sync.")}
+
+
+def report() -> str:
+    """A printable table of the counters."""
+    c = counters()
+    ops = max(c["ops_traced"], 1)
+    rows = [
+        ("ops traced", f"{c['ops_traced']}"),
+        ("tracing", f"{c['trace_ns'] / 1e6:.1f} ms ({c['trace_ns'] / 1e3 / ops:.2f} us/op)"),
+        ("graphs run", f"{c['graphs_run']} ({c['graph_nodes']} nodes)"),
+        ("cache hits / misses", f"{c['cache_hits']} / {c['cache_misses']}"),
+        ("hashing", f"{c['hash_ns'] / 1e6:.1f} ms"),
+        ("compiling", f"{c['compile_ns'] / 1e6:.1f} ms"),
+        ("executing", f"{c['execute_ns'] / 1e6:.1f} ms"),
+        ("kernels launched", f"{c.get('kernels_launched', 0)}"),
+        ("transfers to cpu / disc", f"{c['transfers_to_cpu']} / {c['transfers_to_disc']}"),
+        ("syncs", f"{c['syncs']}"),
+    ]
+    rows += [(f"  sync: {cause}", str(n)) for cause, n in sorted(syncs().items())]
+    rows.append(("fallbacks", f"{c['fallbacks']}"))
+    rows += [(f"  fallback: {op}", str(n)) for op, n in sorted(fallbacks().items())]
+    width = max(len(name) for name, _ in rows)
+    lines = ["torch_disc metrics", "-" * (width + 24)]
+    lines += [f"{name:<{width}}  {value}" for name, value in rows]
+    return "\n".join(lines)
