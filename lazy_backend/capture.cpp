@@ -10,6 +10,7 @@
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/node_builder.h"
 #include "lazy_backend/rng.h"
+#include "lazy_backend/shape_cache.h"
 #include "lazy_backend/tensor_data.h"
 
 namespace disc {
@@ -167,6 +168,48 @@ void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
   }
 }
 
+// Output types from the op's Meta kernel; nullopt when it has none.
+std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std::string& name,
+                                       c10::ArrayRef<c10::IValue> args) {
+  const c10::FunctionSchema& schema = op.schema();
+  torch::jit::Stack meta;
+  meta.reserve(args.size());
+  for (const c10::IValue& v : args) meta.push_back(meta_ivalue(v));
+  torch::jit::Stack meta_args = meta;  // keeps the (mutated) meta inputs
+  try {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&meta);
+  } catch (const c10::NotImplementedError&) {
+    return std::nullopt;
+  } catch (const c10::Error& e) {
+    // The user's error (bad shapes, dtypes): say which op, keep torch's words.
+    TORCH_CHECK(false, name, ": ", e.what_without_backtrace());
+  }
+  MetaResult r;
+  const auto& returns = schema.returns();
+  for (size_t i = 0; i < returns.size(); ++i) {
+    const auto* alias = returns[i].alias_info();
+    size_t before = r.fresh.size();
+    if (alias && alias->isWrite()) {
+      // an in-place return: it is the argument itself
+    } else if (meta[i].isTensor()) {
+      r.fresh.push_back(meta[i].toTensor());
+    } else {
+      for (const at::Tensor& t : meta[i].toTensorVector()) r.fresh.push_back(t);
+    }
+    r.return_sizes.push_back(r.fresh.size() - before);
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (!alias || !alias->isWrite()) continue;
+    if (meta_args[i].isTensor() && meta_args[i].toTensor().defined())
+      r.mutated.push_back(meta_args[i].toTensor());
+    else if (meta_args[i].isTensorList())
+      for (const at::Tensor& t : meta_args[i].toTensorVector()) r.mutated.push_back(t);
+  }
+  return r;
+}
+
 }  // namespace
 
 void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
@@ -179,41 +222,24 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   if (auto why = unrecordable(schema, args)) return cpu_fallback(op, stack, *why);
 
   metrics::ScopedTimer timer(metrics::counters().trace_ns);
-  torch::jit::Stack meta;
-  meta.reserve(nargs);
   for (const c10::IValue& v : args) {
     if (v.isTensor()) check_device(v.toTensor(), name);
     if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorVector()) check_device(t, name);
-    meta.push_back(meta_ivalue(v));
   }
-  torch::jit::Stack meta_args = meta;  // keeps the (mutated) meta inputs
-  try {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    op.callBoxed(&meta);
-  } catch (const c10::NotImplementedError&) {
-    return cpu_fallback(op, stack, "no meta kernel");
-  } catch (const c10::Error& e) {
-    // The user's error (bad shapes, dtypes): say which op, keep torch's words.
-    TORCH_CHECK(false, name, ": ", e.what_without_backtrace());
+  std::optional<ShapeKey> key = shape_key(op, args);
+  const MetaResult* cached = key ? lookup_shapes(*key) : nullptr;
+  MetaResult inferred;
+  if (!cached) {
+    std::optional<MetaResult> r = infer_shapes(op, name, args);
+    if (!r) return cpu_fallback(op, stack, "no meta kernel");
+    inferred = std::move(*r);
+    if (key) remember_shapes(std::move(*key), inferred);
   }
-
-  std::vector<at::Tensor> fresh, mutated_meta;
+  const std::vector<at::Tensor>& fresh = cached ? cached->fresh : inferred.fresh;
+  const std::vector<at::Tensor>& mutated_meta = cached ? cached->mutated : inferred.mutated;
+  const std::vector<size_t>& return_sizes = cached ? cached->return_sizes : inferred.return_sizes;
   const auto& returns = schema.returns();
-  for (size_t r = 0; r < returns.size(); ++r) {
-    const auto* alias = returns[r].alias_info();
-    if (alias && alias->isWrite()) continue;
-    if (meta[r].isTensor()) fresh.push_back(meta[r].toTensor());
-    else for (const at::Tensor& t : meta[r].toTensorVector()) fresh.push_back(t);
-  }
-  for (size_t i = 0; i < nargs; ++i) {
-    const auto* alias = schema.arguments()[i].alias_info();
-    if (!alias || !alias->isWrite()) continue;
-    if (meta_args[i].isTensor() && meta_args[i].toTensor().defined())
-      mutated_meta.push_back(meta_args[i].toTensor());
-    else if (meta_args[i].isTensorList())
-      for (const at::Tensor& t : meta_args[i].toTensorVector()) mutated_meta.push_back(t);
-  }
   for (const at::Tensor& t : fresh) to_ir(t.scalar_type());  // names unsupported dtypes
 
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
@@ -246,10 +272,10 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
           break;
         }
       }
-    } else if (meta[r].isTensor()) {
+    } else if (returns[r].real_type()->kind() == c10::TypeKind::TensorType) {
       out.emplace_back(results[next++]);
     } else {
-      size_t n = meta[r].toTensorVector().size();
+      size_t n = return_sizes.at(r);
       out.emplace_back(std::vector<at::Tensor>(results.begin() + next, results.begin() + next + n));
       next += n;
     }

@@ -4,7 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/core/CPUAllocator.h>
 
-#include <unordered_set>
+#include <map>
 
 #include "lazy_backend/node_builder.h"
 #include "lazy_backend/tensor_data.h"
@@ -13,10 +13,12 @@ namespace disc {
 
 namespace {
 
-std::unordered_set<LazyStorage*>& registry() {
-  static auto* r = new std::unordered_set<LazyStorage*>();  // outlives statics
+// Keyed by allocation id; leaked on purpose so it outlives static tensors.
+std::map<uint64_t, LazyStorage*>& registry() {
+  static auto* r = new std::map<uint64_t, LazyStorage*>();
   return *r;
 }
+uint64_t g_next_id = 0;  // guarded by trace_mutex()
 
 // True when t sees the whole buffer in row-major order from offset 0: then
 // its value is the buffer's value up to a reshape.
@@ -41,16 +43,20 @@ std::recursive_mutex& trace_mutex() {
 
 LazyStorage::LazyStorage(size_t nbytes) : nbytes_(nbytes) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  registry().insert(this);
+  id_ = g_next_id++;
+  registry().emplace(id_, this);
 }
 
 LazyStorage::~LazyStorage() {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  registry().erase(this);
+  registry().erase(id_);
 }
 
 std::vector<LazyStorage*> live_storages() {
-  return {registry().begin(), registry().end()};
+  std::vector<LazyStorage*> out;
+  out.reserve(registry().size());
+  for (const auto& [id, s] : registry()) out.push_back(s);
+  return out;
 }
 
 void LazyStorage::ensure_initialized(at::ScalarType dtype) {
@@ -155,7 +161,9 @@ void delete_storage(void* ctx) { delete static_cast<LazyStorage*>(ctx); }
 struct DiscAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto* s = new LazyStorage(nbytes);
-    return {nullptr, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, 0)};
+    // The data pointer is a unique, never-dereferenced handle: Python code
+    // (torch.save, storage dedup) treats a null pointer as an invalid storage.
+    return {s, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, 0)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void*, const void*, std::size_t) const override {

@@ -41,6 +41,9 @@ class LazyStorage {
   void bind_data(at::Tensor cpu);  // the sync's result for value()
   void grow(size_t nbytes);        // resize_ to a larger size
   size_t nbytes() const { return nbytes_; }
+  // Allocation order: the sync orders graph outputs by it, so the same
+  // program yields the same graph (and cache key) every step.
+  uint64_t id() const { return id_; }
 
  private:
   struct CachedView {
@@ -52,6 +55,7 @@ class LazyStorage {
   ir::Value typed_value(at::ScalarType dtype);  // value_ reinterpreted as dtype
   void ensure_initialized(at::ScalarType dtype);
 
+  uint64_t id_;
   size_t nbytes_;
   ir::Value value_;  // null until first written: reads then see zeros
   std::vector<CachedView> views_;  // values read since the last write
@@ -66,7 +70,7 @@ void write_value(const at::Tensor& t, ir::Value v);
 // One lock for trace state: tracing threads and the sync never interleave.
 std::recursive_mutex& trace_mutex();
 
-// Every live LazyStorage, for the sync (caller holds trace_mutex()).
+// Every live LazyStorage in allocation order (caller holds trace_mutex()).
 std::vector<LazyStorage*> live_storages();
 
 c10::Allocator* disc_allocator();

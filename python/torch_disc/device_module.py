@@ -64,3 +64,16 @@ def set_rng_state(new_state: torch.Tensor, device="disc") -> None:
 
 def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
+
+
+class device:
+    """Context manager selecting a disc device (there is only disc:0)."""
+
+    def __init__(self, device):
+        set_device(device if device is not None else 0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

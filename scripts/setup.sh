@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything a fresh Debian 12 machine needs (Debian packages and
+# PyPI only) and builds torch_disc. Idempotent: a second run only rebuilds
+# what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TORCH_VERSION=2.11.0
+APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fashion-mnist)
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
+   || ! $PY -c "import numpy, pytest, tqdm" 2>/dev/null; then
+  echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
+  $PY -m pip install -q "${PIP_PACKAGES[@]}"
+fi
+
+# Build: CMake + Ninja, ccache'd; the extension lands in python/torch_disc/.
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPython3_EXECUTABLE="$(command -v "$PY")" >/dev/null
+cmake --build build -j "$(nproc)"
+echo "setup: built $(ls python/torch_disc/_C*.so)"

@@ -1,0 +1,27 @@
+"""Shared fixtures: the disc device, and counters reset before each test."""
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for path in (os.path.join(ROOT, "python"), ROOT):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import torch_disc  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_metrics():
+    """Each test starts with no pending work and zeroed counters."""
+    torch_disc.sync("test_setup")
+    torch_disc.metrics.reset()
+    yield
+
+
+@pytest.fixture
+def counters():
+    """Call to read the current counters."""
+    return torch_disc.metrics.counters

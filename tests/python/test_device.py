@@ -1,0 +1,74 @@
+"""Registration of the "disc" device: names, device module, module.to()."""
+import torch
+import torch_disc
+
+
+def test_device_names_and_properties():
+    x = torch.ones(2, device="disc")
+    assert x.device == torch.device("disc", 0)
+    assert x.is_disc
+    assert torch.ones(2).disc().is_disc
+    assert torch.ones(2).to("disc:0").device.type == "disc"
+
+
+def test_device_module():
+    assert torch.disc.is_available()
+    assert torch.disc.device_count() == 1
+    assert torch.disc.current_device() == 0
+    x = torch.ones(3, device="disc") + 1
+    torch.disc.synchronize()
+    assert not torch_disc._C.is_pending(x)
+
+
+def test_module_to_replaces_parameters():
+    m = torch.nn.Linear(4, 3)
+    w_cpu = m.weight
+    m.to("disc")
+    assert m.weight is not w_cpu
+    assert isinstance(m.weight, torch.nn.Parameter)
+    assert m.weight.device.type == "disc" and m.weight.requires_grad
+    torch.testing.assert_close(m.weight.cpu(), w_cpu.detach())
+
+
+def test_rng_state_round_trip():
+    torch.disc.manual_seed(123)
+    state = torch.disc.get_rng_state()
+    a = torch.rand(5, device="disc").cpu()
+    torch.disc.set_rng_state(state)
+    b = torch.rand(5, device="disc").cpu()
+    assert torch.equal(a, b)
+    assert torch.disc.initial_seed() == 123
+
+
+def test_manual_seed_reaches_disc_and_dropout_is_reproducible():
+    x = torch.ones(1000, device="disc")
+    torch.manual_seed(7)
+    a = torch.nn.functional.dropout(x, 0.5).cpu()
+    b = torch.nn.functional.dropout(x, 0.5).cpu()
+    torch.manual_seed(7)
+    c = torch.nn.functional.dropout(x, 0.5).cpu()
+    assert torch.equal(a, c)
+    assert not torch.equal(a, b)  # each draw advances the generator
+    kept = (a != 0).float().mean().item()
+    assert 0.4 < kept < 0.6
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_new_seed_does_not_recompile(counters):
+    x = torch.ones(64, device="disc")
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        torch.nn.functional.dropout(x, 0.3).cpu()
+    assert counters()["compiles"] == 1
+    assert counters()["graphs_run"] == 4
+
+
+def test_print_is_a_sync_not_a_fallback(counters, capsys):
+    x = torch.arange(4.0, device="disc") * 2
+    print(x)
+    out = capsys.readouterr().out
+    assert "tensor([0., 2., 4., 6.], device='disc:0')" in out
+    assert counters().get("sync.print") == 1
+    assert counters()["fallbacks"] == 0

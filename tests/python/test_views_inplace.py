@@ -1,0 +1,141 @@
+"""Views and in-place ops are exact: every case mirrors CPU eager step by step.
+
+Disc tensors share a lazy storage exactly as CPU views share memory, so these
+compare the disc base tensor with the CPU base after the same mutations.
+"""
+import pytest
+import torch
+import torch_disc
+
+
+def both(values):
+    cpu = values.clone()
+    return cpu, cpu.to("disc")
+
+
+def check(cpu, disc):
+    torch.testing.assert_close(disc.cpu(), cpu, rtol=0, atol=0)
+
+
+def test_view_of_view_inplace_updates_base():
+    cpu, disc = both(torch.arange(24.0).reshape(4, 6))
+    for t in (cpu, disc):
+        t[1:, 2:5].t()[1:].mul_(10)
+    check(cpu, disc)
+
+
+def test_inplace_on_base_is_seen_by_existing_views():
+    cpu, disc = both(torch.arange(12.0).reshape(3, 4))
+    vc, vd = cpu[1], disc[1]
+    cpu.add_(1)
+    disc.add_(1)
+    check(vc, vd)
+    check(cpu, disc)
+
+
+@pytest.mark.parametrize("index", ["int", "slice", "tensor", "mask", "ellipsis"])
+def test_setitem(index):
+    cpu, disc = both(torch.arange(20.0).reshape(4, 5))
+    keys = {
+        "int": lambda t: 2,
+        "slice": lambda t: (slice(1, 3), slice(None, None, 2)),
+        "tensor": lambda t: torch.tensor([0, 3], device=t.device),
+        "mask": lambda t: t > 10,
+        "ellipsis": lambda t: (Ellipsis, 1),
+    }
+    for t in (cpu, disc):
+        t[keys[index](t)] = -1.0
+    check(cpu, disc)
+
+
+def test_setitem_with_tensor_value():
+    cpu, disc = both(torch.zeros(3, 4))
+    src = torch.arange(4.0)
+    cpu[1] = src
+    disc[1] = src.to("disc")
+    check(cpu, disc)
+
+
+@pytest.mark.parametrize("op", ["add_", "mul_", "copy_", "zero_", "fill_", "clamp_", "sub_"])
+def test_inplace_ops_on_strided_views(op):
+    cpu, disc = both(torch.arange(30.0).reshape(5, 6))
+    calls = {
+        "add_": lambda v: v.add_(torch.ones_like(v), alpha=2),
+        "mul_": lambda v: v.mul_(3),
+        "copy_": lambda v: v.copy_(torch.full_like(v, 9.0)),
+        "zero_": lambda v: v.zero_(),
+        "fill_": lambda v: v.fill_(4.5),
+        "clamp_": lambda v: v.clamp_(3, 20),
+        "sub_": lambda v: v.sub_(1.5),
+    }
+    for t in (cpu, disc):
+        calls[op](t[::2, 1::2])
+    check(cpu, disc)
+
+
+def test_detach_shares_storage():
+    cpu, disc = both(torch.arange(6.0))
+    for t in (cpu, disc):
+        t.detach()[2:].zero_()
+    check(cpu, disc)
+
+
+def test_copy_broadcasts_and_converts_dtype():
+    cpu, disc = both(torch.zeros(3, 4, dtype=torch.float64))
+    src = torch.arange(4, dtype=torch.int32)
+    cpu.copy_(src)
+    disc.copy_(src.to("disc"))
+    check(cpu, disc)
+    assert disc.dtype == torch.float64
+
+
+def test_view_dtype_and_reshape_chain():
+    cpu, disc = both(torch.arange(8, dtype=torch.int32))
+    for t in (cpu, disc):
+        t.view(torch.int16)[::2].add_(1)
+        t.view(2, 4).t().reshape(-1)[0].fill_(5)  # reshape of a transpose copies
+    check(cpu, disc)
+
+
+def test_split_chunk_unbind_alias_the_base():
+    cpu, disc = both(torch.arange(12.0).reshape(6, 2))
+    for t in (cpu, disc):
+        a, b = t.chunk(2)
+        b.mul_(-1)
+        for row in t.unbind(0)[:2]:
+            row.add_(100)
+    check(cpu, disc)
+
+
+def test_strides_match_cpu():
+    x = torch.zeros(3, 4, device="disc")
+    assert x.t().stride() == (1, 4)
+    assert not x.t().is_contiguous()
+    assert x[1:, 1:].storage_offset() == 5
+
+
+def test_autograd_through_inplace_on_views():
+    a = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    ad = a.detach().to("disc").requires_grad_()
+
+    def f(t):
+        u = t * 2
+        u[:, 1:3].mul_(3)
+        u.t()[0].add_(1)
+        return (u.sin() ** 2).sum()
+
+    f(a).backward()
+    f(ad).backward()
+    torch.testing.assert_close(ad.grad.cpu(), a.grad)
+
+
+def test_no_double_computation_across_syncs(counters):
+    x = torch.ones(4, device="disc")
+    y = x * 3
+    z = y + 1
+    z.cpu()
+    assert counters()["graphs_run"] == 1
+    nodes = counters()["graph_nodes"]
+    y.cpu()  # already computed by the previous sync
+    assert counters()["graphs_run"] == 1
+    assert counters()["graph_nodes"] == nodes
