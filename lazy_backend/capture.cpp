@@ -168,6 +168,14 @@ void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
   }
 }
 
+// Meta kernels (C++ or Python) that have no data-independent answer say so
+// with these exception names; the op then runs on the CPU fallback.
+bool means_no_meta(const std::string& msg) {
+  return msg.find("NotImplementedError") != std::string::npos ||
+         msg.find("DataDependentOutput") != std::string::npos ||
+         msg.find("DynamicOutputShape") != std::string::npos;
+}
+
 // Output types from the op's Meta kernel; nullopt when it has none.
 std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std::string& name,
                                        c10::ArrayRef<c10::IValue> args) {
@@ -181,9 +189,12 @@ std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std:
     op.callBoxed(&meta);
   } catch (const c10::NotImplementedError&) {
     return std::nullopt;
-  } catch (const c10::Error& e) {
-    // The user's error (bad shapes, dtypes): say which op, keep torch's words.
-    TORCH_CHECK(false, name, ": ", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    if (means_no_meta(msg)) return std::nullopt;
+    // The user's error (bad shapes, dtypes): say which op, keep torch's words
+    // (without the Python stack of a Python meta kernel).
+    TORCH_CHECK(false, name, ": ", msg.substr(0, msg.find("\n\nAt:\n")));
   }
   MetaResult r;
   const auto& returns = schema.returns();

@@ -19,6 +19,10 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   const std::string& reason);
 
+// Registers the capture kernel for every structured ATen op (see
+// op_table.cpp); returns how many. Idempotent.
+size_t register_structured_captures();
+
 // Ops that must not be recorded even though they could be: their output shape
 // depends on data, or they read values on the host.
 bool is_denied(const std::string& op_name);

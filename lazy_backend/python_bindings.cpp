@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "lazy_backend/capture.h"
 #include "lazy_backend/lazy_storage.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/rng.h"
@@ -68,6 +69,7 @@ at::Generator& mutable_generator() { return default_disc_generator(); }
 PYBIND11_MODULE(_C, m) {
   using namespace disc;
   set_python_location_provider(&current_python_location);
+  register_structured_captures();
   m.doc() = "torch_disc native backend";
   m.def("sync", &disc::sync, py::arg("cause") = "user", py::call_guard<py::gil_scoped_release>());
   m.def("metrics", [] { return metrics::snapshot(); });

@@ -1,0 +1,128 @@
+"""Trace and sync behaviour: what runs when, and what is cached.
+
+Counters are the oracle: graphs run per step, syncs by cause, compiles.
+"""
+import torch
+import torch.nn.functional as F
+import torch_disc
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(28 * 28, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+    )
+
+
+def batches(n, batch=16):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(batch, 1, 28, 28, generator=g), torch.randint(0, 10, (batch,), generator=g))
+            for _ in range(n)]
+
+
+def test_ops_are_lazy_until_a_sync(counters):
+    x = torch.randn(8, 8).to("disc")
+    y = (x @ x).relu().sum(0)
+    assert counters()["graphs_run"] == 0
+    assert counters()["ops_traced"] >= 3
+    assert torch_disc._C.is_pending(y)
+    y.cpu()
+    assert counters()["graphs_run"] == 1
+    assert counters()["sync.to_cpu"] == 1
+
+
+def test_backward_does_not_sync(counters):
+    model = mlp().to("disc")
+    x, y = batches(1)[0]
+    loss = F.cross_entropy(model(x.to("disc")), y.to("disc"))
+    loss.backward()
+    assert counters()["syncs"] == 0
+    assert model[1].weight.grad is not None and torch_disc._C.is_pending(model[1].weight.grad)
+
+
+def run_training(optimizer_name, steps=20, scheduler=False):
+    model = mlp().to("disc")
+    opt = {
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+        "adam": lambda p: torch.optim.Adam(p, lr=1e-3),
+        "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
+    }[optimizer_name](model.parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9) if scheduler else None
+    data = [(x.to("disc"), y.to("disc")) for x, y in batches(steps)]
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    compiles = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if sched:
+            sched.step()
+        compiles.append(torch_disc.metrics.counters()["compiles"])
+    return compiles, loss
+
+
+def test_training_loop_runs_one_graph_per_step(counters):
+    compiles, _ = run_training("sgd", steps=20)
+    c = counters()
+    assert c["graphs_run"] == 20
+    assert c["syncs"] == 20 and c["sync.optimizer_step"] == 20
+    assert c["fallbacks"] == 0
+    # Step 1 creates the momentum buffers, step 2 first uses them; from then
+    # on every step is a cache hit.
+    assert compiles[1] == 2 and compiles[-1] == 2
+    assert c["cache_hits"] == 18
+
+
+def test_lr_scheduler_and_adam_step_never_recompile(counters):
+    compiles, _ = run_training("adam", steps=12, scheduler=True)
+    assert compiles[-1] == compiles[1] == 2
+    assert counters()["fallbacks"] == 0
+
+
+def test_adamw_traces_without_fallback(counters):
+    run_training("adamw", steps=3)
+    assert counters()["fallbacks"] == 0
+    assert counters()["graphs_run"] == 3
+
+
+def test_item_after_step_reuses_the_computed_loss(counters):
+    _, loss = run_training("sgd", steps=2)
+    graphs = counters()["graphs_run"]
+    loss.item()  # computed by the optimizer-step sync already: no sync at all
+    assert counters()["graphs_run"] == graphs
+    assert counters().get("sync.item", 0) == 0
+
+
+def test_item_on_pending_value_syncs_once(counters):
+    x = torch.arange(5.0, device="disc")
+    s = (x * x).sum()
+    assert s.item() == 30.0
+    assert s.item() == 30.0
+    assert counters()["sync.item"] == 1 and counters()["graphs_run"] == 1
+
+
+def test_zero_grad_sets_grads_to_none(counters):
+    model = mlp().to("disc")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batches(1)[0]
+    F.cross_entropy(model(x.to("disc")), y.to("disc")).backward()
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    opt.zero_grad(set_to_none=False)
+
+
+def test_debug_sync_prints_cause_and_python_line(tmp_path):
+    import subprocess
+    import sys
+    import os
+    script = tmp_path / "s.py"
+    script.write_text("import torch, torch_disc\nx = torch.ones(3, device='disc') * 2\nx.sum().item()\n")
+    env = dict(os.environ, DISC_DEBUG_SYNC="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.path.join(root, "python")
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "[disc] sync cause=item at " + str(script) + ":3" in out.stderr
