@@ -30,8 +30,21 @@ void check_device(const at::Tensor& t, const std::string& op) {
               "disc:0 and ", t.device(), "! (when checking arguments for ", op, ")");
 }
 
+// Python scalars arrive as 0-dim CPU "wrapped numbers", which do not take
+// part in type promotion (float32 tensor + 2.5 stays float32): every copy of
+// such a tensor must keep the mark.
+at::Tensor keep_wrapped(const at::Tensor& from, at::Tensor to) {
+  if (from.unsafeGetTensorImpl()->is_wrapped_number())
+    to.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return to;
+}
+
+// Tensors become meta tensors, except wrapped numbers: torch only lets those
+// live on the CPU (Python meta kernels reject a meta one), and meta kernels
+// accept them next to any device.
 at::Tensor to_meta(const at::Tensor& t) {
-  if (!t.defined()) return t;
+  if (!t.defined() || (t.device().is_cpu() && t.unsafeGetTensorImpl()->is_wrapped_number()))
+    return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
 
@@ -57,7 +70,7 @@ c10::IValue meta_ivalue(const c10::IValue& v) {
 
 ir::Value value_of(const at::Tensor& t) {
   if (is_disc(t)) return lazy_storage_of(t).read(t);
-  return make_data(t.clone());  // a CPU scalar: owned by the trace from now on
+  return make_data(keep_wrapped(t, t.clone()));  // a CPU scalar: the trace owns it now
 }
 
 // Why the op cannot be recorded, or nullopt when it can.
@@ -251,7 +264,8 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   const std::vector<at::Tensor>& mutated_meta = cached ? cached->mutated : inferred.mutated;
   const std::vector<size_t>& return_sizes = cached ? cached->return_sizes : inferred.return_sizes;
   const auto& returns = schema.returns();
-  for (const at::Tensor& t : fresh) to_ir(t.scalar_type());  // names unsupported dtypes
+  for (const at::Tensor& t : fresh)
+    if (t.defined()) to_ir(t.scalar_type());  // names unsupported dtypes
 
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   Recorded rec = record(schema, args, fresh, mutated_meta, name,
@@ -260,6 +274,10 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
 
   std::vector<at::Tensor> results;
   for (size_t k = 0; k < fresh.size(); ++k) {
+    if (!fresh[k].defined()) {  // e.g. grad_input of a first conv layer
+      results.emplace_back();
+      continue;
+    }
     at::Tensor out = empty_disc(fresh[k].sizes(), fresh[k].scalar_type());
     lazy_storage_of(out).write(out, {rec.node, static_cast<uint32_t>(k)});
     results.push_back(out);

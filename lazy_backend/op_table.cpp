@@ -7,6 +7,9 @@
 //    `empty` + `mm.out(a, b, out)`: an extra buffer and node per op. The
 //    capture kernel is registered for those ops directly, so the trace holds
 //    the functional op.
+//  * A few CompositeExplicitAutograd ops would decompose into backend hooks
+//    that CPU cannot replay (convolution -> convolution_overrideable); they
+//    are recorded as themselves.
 //  * Storage and metadata ops have dedicated kernels (memory_kernels.cpp).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -31,6 +34,12 @@ bool returns_alias(const c10::FunctionSchema& s) {
   return false;
 }
 
+// Recorded whole rather than through their composite decomposition.
+constexpr const char* kRecordedWhole[] = {
+    "convolution",           // else: convolution_overrideable (no CPU kernel)
+    "convolution_backward",  // else: convolution_backward_overrideable
+};
+
 }  // namespace
 
 size_t register_structured_captures() {
@@ -39,6 +48,10 @@ size_t register_structured_captures() {
   if (lib) return count;
   lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                          c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const char* name : kRecordedWhole) {
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
+    ++count;
+  }
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;

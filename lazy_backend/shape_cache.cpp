@@ -30,7 +30,9 @@ void add_tensor(ShapeKey& k, const at::Tensor& t) {
     k.push_back(-2);
     return;
   }
-  k.push_back(static_cast<int64_t>(t.scalar_type()) * 4 + static_cast<int64_t>(t.device().type() == c10::kCPU));
+  k.push_back(static_cast<int64_t>(t.scalar_type()) * 4 +
+              static_cast<int64_t>(t.device().type() == c10::kCPU) * 2 +
+              static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()));
   k.push_back(t.dim());
   for (int64_t s : t.sizes()) k.push_back(s);
   for (int64_t s : t.strides()) k.push_back(s);

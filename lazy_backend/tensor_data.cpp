@@ -42,6 +42,7 @@ at::ScalarType to_aten(ir::DType t) {
 }
 
 ir::TensorType type_of(const at::Tensor& t) {
+  if (!t.defined()) return {ir::DType::kFloat32, {}, /*undefined=*/true};
   return {to_ir(t.scalar_type()), t.sizes().vec()};
 }
 

@@ -15,6 +15,7 @@ int64_t TensorType::numel() const {
 }
 
 std::string TensorType::to_string() const {
+  if (undefined) return "undefined";
   std::ostringstream os;
   os << dtype_name(dtype) << "[";
   for (size_t k = 0; k < sizes.size(); ++k) os << (k ? "," : "") << sizes[k];
@@ -85,7 +86,7 @@ void Node::finalize() {
     }
   }
   for (const TensorType& t : outputs) {
-    h = hash_mix(h, static_cast<uint64_t>(t.dtype));
+    h = hash_mix(h, static_cast<uint64_t>(t.dtype) + (t.undefined ? 0x100 : 0));
     h = hash_mix(h, t.sizes.size());
     for (int64_t s : t.sizes) h = hash_mix(h, static_cast<uint64_t>(s));
   }

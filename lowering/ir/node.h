@@ -32,8 +32,11 @@ struct Value {
 struct TensorType {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> sizes;
+  bool undefined = false;  // an output the op did not produce (masked grads)
   int64_t numel() const;
-  bool operator==(const TensorType& o) const { return dtype == o.dtype && sizes == o.sizes; }
+  bool operator==(const TensorType& o) const {
+    return dtype == o.dtype && sizes == o.sizes && undefined == o.undefined;
+  }
   std::string to_string() const;
 };
 

@@ -13,7 +13,7 @@ import torch
 # The examples are not an installed package; import them from the repo root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from examples.mnist import train  # noqa: E402
+from examples.mnist import data, train  # noqa: E402
 from examples.mnist.data import DatasetError, load_split, read_idx  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def test_load_split_roundtrip(tmp_path, gz):
     x, y = load_split(tmp_path, "t10k")
     assert x.shape == (7, 1, 28, 28) and x.dtype == torch.float32
     assert y.dtype == torch.int64 and y.tolist() == labels.tolist()
-    expected = (torch.from_numpy(images).float() / 255 - 0.5) / 0.5
+    expected = (torch.from_numpy(images).float() / 255 - data.MEAN) / data.STD
     torch.testing.assert_close(x[:, 0], expected)
 
 

@@ -22,14 +22,14 @@ replays ATen CPU kernels, so most results are in fact bitwise equal.
 """
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_disc
+import torch_disc  # noqa: F401 - registers the disc device
 from torch_disc import metrics
 
 F32, F64 = torch.float32, torch.float64
@@ -363,6 +363,7 @@ CONV = {
     "k2x3_stride1x2_pad0x1": ((1, 2, 6, 7), (3, 2, 2, 3), True, dict(stride=(1, 2), padding=(0, 1))),
     "unbatched": ((3, 5, 5), (2, 3, 3, 3), True, {}),
     "batch1_1x1": ((1, 1, 1, 1), (2, 1, 1, 1), True, {}),
+    "empty_batch": ((0, 3, 5, 5), (4, 3, 3, 3), True, dict(padding=1)),
 }
 for dtype in FLOATS:
     for name, (sx, sw, bias, kw) in CONV.items():
@@ -373,7 +374,7 @@ for dtype in FLOATS:
             case(f"conv2d_{name}-{dt(dtype)}", lambda x, w, kw=kw: F.conv2d(x, w, **kw),
                  R(sx, dtype), R(sw, dtype))
 
-POOL_SHAPES = [(2, 3, 8, 8), (1, 1, 5, 5), (3, 6, 6)]
+POOL_SHAPES = [(2, 3, 8, 8), (1, 1, 5, 5), (3, 6, 6), (0, 2, 6, 6)]
 MAX_POOL = {
     "k2": dict(kernel_size=2),
     "k3_s1_p1": dict(kernel_size=3, stride=1, padding=1),
@@ -395,7 +396,7 @@ for dtype in FLOATS:
             case(f"avg_pool2d_{name}-{dt(dtype)}-{sh(shape)}",
                  lambda x, kw=kw: F.avg_pool2d(x, **kw), R(shape, dtype))
     for shape, out in [((2, 3, 8, 8), (1, 1)), ((2, 3, 8, 8), (2, 4)), ((1, 2, 7, 7), (3, 3)),
-                       ((3, 5, 5), (5, 5)), ((2, 3, 8, 8), 1)]:
+                       ((3, 5, 5), (5, 5)), ((2, 3, 8, 8), 1), ((0, 2, 4, 4), (2, 2))]:
         case(f"adaptive_avg_pool2d-{dt(dtype)}-{sh(shape)}_out{out}",
              lambda x, out=out: F.adaptive_avg_pool2d(x, out), R(shape, dtype))
 

@@ -1,0 +1,48 @@
+"""The MNIST example on disc: loss parity with CPU and accuracy targets, on
+the real Fashion-MNIST files the set-up installs."""
+import os
+
+import pytest
+import torch_disc
+
+from examples.mnist import train
+from examples.mnist.data import DEFAULT_DIR
+
+needs_data = pytest.mark.skipif(
+    not os.path.exists(os.path.join(DEFAULT_DIR, "train-labels-idx1-ubyte.gz")),
+    reason="Fashion-MNIST not installed (scripts/setup.sh installs dataset-fashion-mnist)",
+)
+
+
+def run(device, *extra):
+    args = ["--device", device, "--limit", "2000", "--no-progress", "--seed", "0", *extra]
+    return train.main(args)
+
+
+def relative_gap(a, b):
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
+@needs_data
+@pytest.mark.parametrize("model,optimizer", [("mlp", "sgd"), ("mlp", "adam"), ("cnn", "adamw")])
+def test_disc_matches_cpu_step_by_step(model, optimizer, counters):
+    steps = "100" if model == "mlp" else "20"
+    extra = ["--model", model, "--optimizer", optimizer, "--max-steps", steps, "--epochs", "4"]
+    disc = run("disc", *extra)
+    cpu = run("cpu", *extra)
+    assert len(disc["losses"]) == len(cpu["losses"]) == int(steps)
+    assert relative_gap(disc["losses"], cpu["losses"]) < 1e-4
+    c = counters()
+    assert c["fallbacks"] == 0, torch_disc.metrics.fallbacks()
+    # Train graph: step 1 (state creation), step 2 (steady state); the last,
+    # partial batch and the evaluation batches add their own.
+    assert c["compiles"] <= 6
+
+
+@needs_data
+@pytest.mark.parametrize("model,target", [("mlp", 0.84), ("cnn", 0.87)])
+def test_one_epoch_reaches_accuracy_target(model, target):
+    if model == "cnn" and not os.environ.get("DISC_SLOW_TESTS"):
+        pytest.skip("CNN epoch takes minutes on 2 cores; set DISC_SLOW_TESTS=1")
+    result = train.main(["--device", "disc", "--model", model, "--epochs", "1", "--no-progress"])
+    assert result["test_accuracy"] >= target
