@@ -80,7 +80,7 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["disc", "cpu"], default="disc")
     p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--optimizer", choices=sorted(DEFAULT_LR), default="adam")
     p.add_argument("--lr", type=float, default=None,
                    help="default: 0.05 for sgd, 1e-3 for adam/adamw")
