@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from examples.mnist.data import DEFAULT_DIR, load_split
+from examples.mnist.data import DEFAULT_DIR, DatasetError, load_split
 
 EVAL_BATCH_SIZE = 1000
 DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
@@ -188,4 +188,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DatasetError as e:  # one line naming the file, not a traceback
+        sys.exit(f"error: {e}")

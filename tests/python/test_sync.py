@@ -126,3 +126,79 @@ def test_debug_sync_prints_cause_and_python_line(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "[disc] sync cause=item at " + str(script) + ":3" in out.stderr
+
+
+def test_plain_sgd_with_scheduler_hits_the_cache_from_step_two(counters):
+    model = mlp().to("disc")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    data = [(x.to("disc"), y.to("disc")) for x, y in batches(6)]
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    hits = []
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        sched.step()
+        hits.append(counters()["cache_hits"])
+    assert hits == [0, 1, 2, 3, 4, 5]
+    assert counters()["compiles"] == 1
+
+
+def test_training_with_dropout_traces_and_is_reproducible(counters):
+    def losses():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 32), torch.nn.ReLU(),
+                                    torch.nn.Dropout(0.5), torch.nn.Linear(32, 10)).to("disc")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = []
+        for x, y in batches(3):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x.to("disc")), y.to("disc"))
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    assert losses() == losses()
+    assert counters()["fallbacks"] == 0
+
+
+def test_two_threads_train_independently():
+    import threading
+
+    def train(seed, out):
+        torch.manual_seed(seed)
+        model = torch.nn.Linear(8, 1).to("disc")
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+        for _ in range(15):
+            opt.zero_grad()
+            F.mse_loss(model(x.to("disc")), y.to("disc")).backward()
+            opt.step()
+        out[seed] = model.weight.detach().cpu().clone()
+
+    alone = {}
+    train(1, alone)
+    train(2, alone)
+    together = {}
+    threads = [threading.Thread(target=train, args=(s, together)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in (1, 2):
+        torch.testing.assert_close(together[s], alone[s], rtol=0, atol=0)
+
+
+def test_sync_replaces_the_trace_by_data():
+    x = torch.ones(16, device="disc")
+    for _ in range(50):
+        x = x * 1.01
+    torch_disc.sync()
+    # After the sync the tensor holds data, not the 50-node chain: the graph
+    # for a further op has one data leaf and one op.
+    text = torch_disc.graph_text(x + 1)
+    assert "params=2" in text and "aten::mul" not in text
