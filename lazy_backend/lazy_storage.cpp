@@ -86,9 +86,13 @@ ir::Value LazyStorage::read(const at::Tensor& t) {
   } else {
     v = op_as_strided(base, t.sizes().vec(), t.strides().vec(), t.storage_offset());
   }
-  if (views_.size() >= 8) views_.erase(views_.begin());
-  views_.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), dtype, v});
+  remember_view(t, v);
   return v;
+}
+
+void LazyStorage::remember_view(const at::Tensor& t, ir::Value v) {
+  if (views_.size() >= 8) views_.erase(views_.begin());
+  views_.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type(), std::move(v)});
 }
 
 void LazyStorage::write(const at::Tensor& t, ir::Value v) {

@@ -31,6 +31,10 @@ class LazyStorage {
   ir::Value read(const at::Tensor& t);
   void write(const at::Tensor& t, ir::Value v);
 
+  // Records that t (a new view of this buffer) has value v until the next
+  // write, so reading it needs no as_strided. Requires trace_mutex().
+  void remember_view(const at::Tensor& t, ir::Value v);
+
   // After a sync: the CPU values seen through t's geometry (may alias the
   // stored data; copy before handing out).
   at::Tensor read_cpu(const at::Tensor& t);

@@ -1,13 +1,8 @@
-// PrivateUse1 kernels that manage storage and metadata rather than compute:
-// allocation, views (shared storage, real strides), set_/resize_, and the
-// transfers between disc and CPU. Everything else goes through capture.
+// PrivateUse1 kernels that manage storage rather than compute: allocation,
+// set_/resize_, and the transfers between disc and CPU. Views are in
+// view_kernels.cpp; everything else goes through capture.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/native/Resize.h>
-#include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/unfold_native.h>
-#include <ATen/ops/view_native.h>
-#include <ATen/ops/_reshape_alias_native.h>
 #include <torch/library.h>
 
 #include "lazy_backend/capture.h"
@@ -175,12 +170,6 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
-  // Views: metadata over the shared storage, as on CPU.
-  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
-  m.impl("view", TORCH_FN(at::native::view));
-  m.impl("view.dtype", TORCH_FN(at::native::view_dtype));
-  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  m.impl("unfold", TORCH_FN(at::native::unfold));
   // Transfers and host reads.
   m.impl("copy_", TORCH_FN(copy_));
   m.impl("_copy_from", TORCH_FN(copy_from));
