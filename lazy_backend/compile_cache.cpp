@@ -2,7 +2,41 @@
 
 #include <c10/util/Exception.h>
 
+#include <mutex>
+#include <set>
+
+#include "lazy_backend/metrics.h"
+#include "lowering/pipeline.h"
+
 namespace disc {
+
+namespace {
+
+// Runs the compiler pipeline on a new graph and counts its plan. The
+// reference executor does not use the plan yet; running the pipeline on
+// every new graph keeps it verified against every traced graph. A failure is
+// counted and warned once per pass, never fatal: the graph still runs.
+void plan(const ir::Graph& graph) {
+  try {
+    lowering::CompileResult r = lowering::compile(graph);
+    const lowering::Program& p = r.program;
+    for (const lowering::FusionGroup& g : p.groups)
+      metrics::bump(std::string("planned.") + lowering::fusion_kind_name(g.kind));
+    metrics::bump("planned.library_calls", static_cast<int64_t>(p.library_calls()));
+    metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
+    for (const lowering::PassTiming& t : r.timings)
+      metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));
+  } catch (const lowering::CompileError& e) {
+    metrics::bump("compile_failures");
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(std::string(e.what()).substr(0, std::string(e.what()).find(':'))).second)
+      TORCH_WARN("disc: compiler pipeline failed, graph runs on the reference executor: ", e.what());
+  }
+}
+
+}  // namespace
 
 Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& executor,
                                          bool* hit) {
@@ -16,6 +50,7 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
     return *it->second.executable;
   }
   *hit = false;
+  plan(graph);
   Entry e{graph.nodes.size(), graph.params.size(), executor.compile(graph)};
   return *entries_.emplace(graph.hash, std::move(e)).first->second.executable;
 }

@@ -45,6 +45,10 @@ def report() -> str:
         ("compiling", f"{c['compile_ns'] / 1e6:.1f} ms"),
         ("executing", f"{c['execute_ns'] / 1e6:.1f} ms"),
         ("kernels launched", f"{c.get('kernels_launched', 0)}"),
+        ("planned kernels", "kLoop {} / kInput {} / kStitch {} / library {} / unfused {}".format(
+            c.get("planned.kLoop", 0), c.get("planned.kInput", 0), c.get("planned.kStitch", 0),
+            c.get("planned.library_calls", 0), c.get("planned.unfused_ops", 0))),
+        ("compile failures", f"{c.get('compile_failures', 0)}"),
         ("transfers to cpu / disc", f"{c['transfers_to_cpu']} / {c['transfers_to_disc']}"),
         ("syncs", f"{c['syncs']}"),
     ]

@@ -19,6 +19,8 @@ def fresh_metrics():
     torch_disc.sync("test_setup")
     torch_disc.metrics.reset()
     yield
+    # The compiler pipeline runs on every new graph: it must accept them all.
+    assert torch_disc.metrics.counters().get("compile_failures", 0) == 0
 
 
 @pytest.fixture

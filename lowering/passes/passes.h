@@ -1,0 +1,19 @@
+// The compiler's passes, in pipeline order (see lowering/pipeline.cpp).
+// Each lives in its own file with a test of the same name in tests/cpp.
+#pragma once
+#include "lowering/program.h"
+
+namespace disc::lowering {
+
+// Checks the graph is well formed; throws CompileError naming the node.
+void verify(Program& p);
+// CSE and DCE: every value computed once, nothing computed for nothing.
+void canonicalize(Program& p);
+// Gives every dim a symbol; equal symbols are equal sizes for any binding.
+void shape_constraints(Program& p);
+// Groups ops into kLoop / kInput / kStitch kernels.
+void plan_fusion(Program& p);
+// Checks the plan: groups are acyclic and within the argument cap.
+void verify_plan(Program& p);
+
+}  // namespace disc::lowering

@@ -1,0 +1,261 @@
+// shape_constraints: every dim gets a symbol; ops make symbols equal.
+//
+//   %0 = param [s1, s2]          %1 = param [s3, s4]     (fresh per input dim)
+//   %2 = aten::mm(%0, %1)        s2 == s3, out [s1, s4]
+//   %3 = aten::relu(%2)          out [s1, s4]
+//   %4 = aten::reshape(%3, ..)   [s1, s4] -> [s5]: product s1*s4 == s5
+//
+// Size-1 dims are the constant symbol 0 (specialized, as broadcasting
+// depends on them). Fusion uses the symbols to decide which ops iterate the
+// same space; a shape-generic kernel takes one runtime size per symbol.
+#include <numeric>
+
+#include "lowering/passes/passes.h"
+
+namespace disc::lowering {
+
+namespace {
+
+class Dims {
+ public:
+  explicit Dims(const Program& p) : base_(p.ops.size()) {
+    uint32_t next = 1;  // slot 0: the constant 1
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      for (const ir::TensorType& t : p.ops[i].node->outputs) {
+        base_[i].push_back(next);
+        next += static_cast<uint32_t>(t.sizes.size());
+      }
+    }
+    parent_.resize(next);
+    std::iota(parent_.begin(), parent_.end(), 0u);
+  }
+  uint32_t slot(uint32_t op, uint32_t out, size_t axis) const {
+    return base_[op][out] + static_cast<uint32_t>(axis);
+  }
+  uint32_t find(uint32_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  void unite(uint32_t a, uint32_t b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return;
+    if (a > b) std::swap(a, b);  // the constant 1 (slot 0) stays the root
+    parent_[b] = a;
+  }
+
+ private:
+  std::vector<std::vector<uint32_t>> base_;
+  std::vector<uint32_t> parent_;
+};
+
+const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
+  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return nullptr;
+  return &n.attrs[n.operands[k].first];
+}
+
+int64_t wrap_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
+
+class Rules {
+ public:
+  Rules(Program& p, Dims& d) : p_(p), d_(d) {}
+
+  void apply(uint32_t i) {
+    const ProgramOp& op = p_.ops[i];
+    const ir::Node& n = *op.node;
+    const std::string& name = ir::op_name(n.op);
+    for (size_t j = 0; j < n.mutated.size(); ++j)
+      same_shape(in(i, n.mutated[j]), {i, n.num_returns + static_cast<uint32_t>(j)});
+    if (n.num_returns == 0 && n.mutated.empty()) return;
+    switch (op.cls) {
+      case OpClass::kElementwise:
+      case OpClass::kBroadcast:
+        if (name == "aten::unsqueeze") return unsqueeze(i);
+        for (uint32_t k = 0; k < op.inputs.size(); ++k) broadcast(in(i, k), {i, 0});
+        return;
+      case OpClass::kReduction: return reduction(i);
+      case OpClass::kStitch: return stitch(i, name);
+      case OpClass::kLibrary: return library(i, name);
+      case OpClass::kLayout: return layout(i, name);
+      default: return;
+    }
+  }
+
+ private:
+  struct Ref { uint32_t op, out; };
+  Ref in(uint32_t i, uint32_t k) const {
+    const ir::GraphRef& r = p_.ops[i].inputs.at(k);
+    return {r.node, r.index};
+  }
+  const std::vector<int64_t>& sizes(Ref r) const { return p_.ops[r.op].node->outputs[r.out].sizes; }
+  size_t rank(Ref r) const { return sizes(r).size(); }
+  void eq(Ref a, size_t ax, Ref b, size_t bx) { d_.unite(d_.slot(a.op, a.out, ax), d_.slot(b.op, b.out, bx)); }
+
+  void same_shape(Ref a, Ref b) {
+    if (rank(a) != rank(b)) return;
+    for (size_t k = 0; k < rank(a); ++k) eq(a, k, b, k);
+  }
+  // Right-aligned broadcasting: a non-1 input dim equals the output dim.
+  void broadcast(Ref from, Ref to) {
+    size_t r = rank(to), k = rank(from);
+    if (k > r) return;
+    for (size_t a = 0; a < k; ++a)
+      if (sizes(from)[a] != 1) eq(from, a, to, a + r - k);
+  }
+  void unsqueeze(uint32_t i) {
+    Ref src = in(i, 0), out{i, 0};
+    int64_t dim = wrap_dim(attr_operand(*p_.ops[i].node, 1)->i, rank(out));
+    for (size_t a = 0, b = 0; b < rank(out); ++b)
+      if (static_cast<int64_t>(b) != dim) eq(src, a++, out, b);
+  }
+  void reduction(uint32_t i) {
+    const ir::Node& n = *p_.ops[i].node;
+    Ref src = in(i, 0), out{i, 0};
+    const ir::Attr* dims = attr_operand(n, 1);
+    if (!dims || dims->kind != ir::Attr::Kind::kIntList) return;  // full reduction
+    std::vector<bool> reduced(rank(src), dims->ints.empty());
+    for (int64_t d : dims->ints) reduced[wrap_dim(d, rank(src))] = true;
+    const bool keepdim = rank(out) == rank(src);
+    for (size_t a = 0, b = 0; a < rank(src); ++a) {
+      if (!reduced[a]) eq(src, a, out, b);
+      if (!reduced[a] || keepdim) ++b;
+    }
+  }
+  void stitch(uint32_t i, const std::string& name) {
+    Ref out{i, 0};
+    same_shape(in(i, 0), out);
+    if (name.find("backward_data") != std::string::npos) same_shape(in(i, 1), out);
+    if (name == "aten::native_layer_norm_backward") same_shape(in(i, 1), out);
+    if (name == "aten::native_layer_norm") {
+      // mean and rstd keep the leading (batch) dims of the input.
+      for (uint32_t o = 1; o < 3; ++o)
+        for (size_t a = 0; a < rank({i, o}) && a < rank(in(i, 0)); ++a)
+          if (sizes({i, o})[a] != 1) eq(in(i, 0), a, {i, o}, a);
+    }
+  }
+  void library(uint32_t i, const std::string& name) {
+    Ref out{i, 0};
+    if (name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm") {
+      uint32_t first = name == "aten::addmm" ? 1 : 0;
+      Ref a = in(i, first), b = in(i, first + 1);
+      size_t r = rank(out);
+      if (rank(a) != r || rank(b) != r) return;
+      for (size_t k = 0; k + 2 < r; ++k) { eq(a, k, out, k); eq(b, k, out, k); }
+      eq(a, r - 2, out, r - 2);
+      eq(b, r - 1, out, r - 1);
+      eq(a, r - 1, b, r - 2);
+      if (first == 1) broadcast(in(i, 0), out);
+    } else if (name == "aten::convolution") {
+      eq(in(i, 0), 0, out, 0);  // batch
+      eq(in(i, 1), 0, out, 1);  // output channels
+      eq(in(i, 0), 1, in(i, 1), 1);
+    } else if (name == "aten::convolution_backward") {
+      same_shape(in(i, 1), {i, 0});  // grad_input ~ input
+      same_shape(in(i, 2), {i, 1});  // grad_weight ~ weight
+    }
+  }
+  void layout(uint32_t i, const std::string& name) {
+    const ir::Node& n = *p_.ops[i].node;
+    Ref src = in(i, 0), out{i, 0};
+    if (name == "aten::alias") return same_shape(src, out);
+    if (name == "aten::transpose.int") {
+      int64_t a = wrap_dim(attr_operand(n, 1)->i, rank(src));
+      int64_t b = wrap_dim(attr_operand(n, 2)->i, rank(src));
+      for (size_t k = 0; k < rank(src); ++k)
+        eq(src, k, out, static_cast<int64_t>(k) == a ? b : static_cast<int64_t>(k) == b ? a : k);
+      return;
+    }
+    if (name == "aten::permute") {
+      const auto& perm = attr_operand(n, 1)->ints;
+      for (size_t k = 0; k < perm.size(); ++k) eq(src, wrap_dim(perm[k], rank(src)), out, k);
+      return;
+    }
+    if (name == "aten::reshape") return reshape(src, out);
+    std::vector<bool> dropped(rank(src), false);
+    if (name == "aten::select.int" || name == "aten::squeeze.dim") {
+      dropped[wrap_dim(attr_operand(n, 1)->i, rank(src))] = rank(out) < rank(src);
+    } else if (name == "aten::squeeze.dims") {
+      for (int64_t dim : attr_operand(n, 1)->ints)
+        dropped[wrap_dim(dim, rank(src))] = sizes(src)[wrap_dim(dim, rank(src))] == 1;
+    } else if (name == "aten::squeeze") {
+      for (size_t a = 0; a < rank(src); ++a) dropped[a] = sizes(src)[a] == 1;
+    } else if (name == "aten::slice.Tensor") {
+      // The sliced dim gets its own symbol; the others are unchanged.
+      int64_t dim = wrap_dim(attr_operand(n, 1)->i, rank(src));
+      for (size_t a = 0; a < rank(src); ++a)
+        if (static_cast<int64_t>(a) != dim) eq(src, a, out, a);
+      return;
+    } else {
+      return;  // as_strided: no relation known
+    }
+    for (size_t a = 0, b = 0; a < rank(src); ++a)
+      if (!dropped[a]) eq(src, a, out, b++);
+  }
+  // Equal dims at both ends are the same symbol; the middle is a product.
+  void reshape(Ref src, Ref out) {
+    const auto& a = sizes(src);
+    const auto& b = sizes(out);
+    size_t lo = 0;
+    while (lo < a.size() && lo < b.size() && a[lo] == b[lo] && a[lo] != 1) { eq(src, lo, out, lo); ++lo; }
+    size_t ha = a.size(), hb = b.size();
+    while (ha > lo && hb > lo && a[ha - 1] == b[hb - 1] && a[ha - 1] != 1) { --ha; --hb; eq(src, ha, out, hb); }
+    ProductConstraint c;
+    for (size_t k = lo; k < ha; ++k) if (a[k] != 1) c.lhs.push_back(d_.slot(src.op, src.out, k));
+    for (size_t k = lo; k < hb; ++k) if (b[k] != 1) c.rhs.push_back(d_.slot(out.op, out.out, k));
+    if (c.lhs.size() == 1 && c.rhs.size() == 1) {
+      d_.unite(c.lhs[0], c.rhs[0]);
+    } else if (!c.lhs.empty() || !c.rhs.empty()) {
+      products_.push_back(std::move(c));
+    }
+  }
+
+ public:
+  std::vector<ProductConstraint> products_;
+
+ private:
+  Program& p_;
+  Dims& d_;
+};
+
+}  // namespace
+
+void shape_constraints(Program& p) {
+  Dims d(p);
+  Rules rules(p, d);
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const ProgramOp& op = p.ops[i];
+    for (uint32_t o = 0; o < op.node->outputs.size(); ++o) {
+      const auto& sizes = op.node->outputs[o].sizes;
+      for (size_t a = 0; a < sizes.size(); ++a)
+        if (sizes[a] == 1) d.unite(0, d.slot(i, o, a));
+    }
+    if (!op.erased) rules.apply(i);
+  }
+  // Dense symbol numbers in order of first appearance; 0 stays "size 1".
+  std::vector<int64_t> dense;
+  auto symbol = [&](uint32_t slot) {
+    uint32_t root = d.find(slot);
+    if (root == 0) return 0u;
+    if (root >= dense.size()) dense.resize(root + 1, -1);
+    if (dense[root] < 0) dense[root] = p.num_symbols++;
+    return static_cast<uint32_t>(dense[root]);
+  };
+  p.num_symbols = 1;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    ProgramOp& op = p.ops[i];
+    op.dims.clear();
+    for (uint32_t o = 0; o < op.node->outputs.size(); ++o) {
+      op.dims.emplace_back();
+      for (size_t a = 0; a < op.node->outputs[o].sizes.size(); ++a)
+        op.dims.back().push_back(symbol(d.slot(i, o, a)));
+    }
+  }
+  p.products.clear();
+  for (ProductConstraint& c : rules.products_) {
+    for (uint32_t& s : c.lhs) s = symbol(s);
+    for (uint32_t& s : c.rhs) s = symbol(s);
+    p.products.push_back(std::move(c));
+  }
+}
+
+}  // namespace disc::lowering

@@ -1,0 +1,61 @@
+// The pipeline, in order. Each line: the pass, and why it runs there.
+#include "lowering/pipeline.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "lowering/passes/passes.h"
+
+namespace disc::lowering {
+
+namespace {
+
+struct Pass {
+  const char* name;
+  void (*run)(Program&);
+  const char* why;
+};
+
+constexpr Pass kPipeline[] = {
+    {"verify", verify, "reject malformed traces before anything rewrites them"},
+    {"canonicalize", canonicalize, "CSE + DCE: fusion must see each value once"},
+    {"shape-constraints", shape_constraints, "symbolic dims decide fusion legality"},
+    {"fusion-plan", plan_fusion, "kLoop / kInput / kStitch kernels, library calls"},
+    {"verify-plan", verify_plan, "the plan is acyclic and each kernel well formed"},
+};
+
+// <dir>/<graph hash>.<step>.<pass>.txt, so a listing reads in pipeline order.
+void dump(const char* dir, const ir::Graph& g, size_t step, const char* pass,
+          const std::string& text) {
+  std::ostringstream name;
+  name << dir << "/" << std::hex << g.hash << std::dec << "." << step << "." << pass << ".txt";
+  std::ofstream(name.str()) << text;
+}
+
+}  // namespace
+
+CompileResult compile(const ir::Graph& graph) {
+  CompileResult r{make_program(graph), {}};
+  const char* dump_dir = std::getenv("DISC_DUMP_IR");
+  const bool dumping = dump_dir && *dump_dir;
+  if (dumping) dump(dump_dir, graph, 0, "input", graph.to_string());
+  size_t step = 1;
+  for (const Pass& pass : kPipeline) {
+    auto start = std::chrono::steady_clock::now();
+    pass.run(r.program);
+    r.timings.push_back({pass.name, std::chrono::duration<double, std::milli>(
+                                        std::chrono::steady_clock::now() - start).count()});
+    if (dumping) dump(dump_dir, graph, step++, pass.name, r.program.to_string());
+  }
+  return r;
+}
+
+std::vector<std::string> pass_names() {
+  std::vector<std::string> names;
+  for (const Pass& pass : kPipeline) names.push_back(pass.name);
+  return names;
+}
+
+}  // namespace disc::lowering

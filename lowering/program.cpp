@@ -1,0 +1,93 @@
+#include "lowering/program.h"
+
+#include <sstream>
+
+namespace disc::lowering {
+
+const char* fusion_kind_name(FusionKind k) {
+  switch (k) {
+    case FusionKind::kLoop: return "kLoop";
+    case FusionKind::kInput: return "kInput";
+    case FusionKind::kStitch: return "kStitch";
+  }
+  return "?";
+}
+
+Program make_program(const ir::Graph& graph) {
+  Program p;
+  p.ops.reserve(graph.nodes.size());
+  for (const ir::GraphNode& gn : graph.nodes) {
+    ProgramOp op;
+    op.node = gn.node;
+    op.inputs = gn.inputs;
+    op.cls = classify(gn.node->op);
+    p.ops.push_back(std::move(op));
+  }
+  p.outputs = graph.outputs;
+  return p;
+}
+
+std::vector<std::vector<uint32_t>> users_of(const Program& p) {
+  std::vector<std::vector<uint32_t>> users(p.ops.size());
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].erased) continue;
+    for (const ir::GraphRef& r : p.ops[i].inputs)
+      if (users[r.node].empty() || users[r.node].back() != i) users[r.node].push_back(i);
+  }
+  return users;
+}
+
+size_t Program::live_ops() const {
+  size_t n = 0;
+  for (const ProgramOp& op : ops) n += !op.erased && op.cls != OpClass::kData;
+  return n;
+}
+
+size_t Program::library_calls() const {
+  size_t n = 0;
+  for (const ProgramOp& op : ops) n += !op.erased && op.cls == OpClass::kLibrary;
+  return n;
+}
+
+size_t Program::unfused_ops() const {
+  size_t n = 0;
+  for (const ProgramOp& op : ops)
+    n += !op.erased && op.group < 0 && op.cls != OpClass::kData && op.cls != OpClass::kLibrary;
+  return n;
+}
+
+std::string Program::to_string() const {
+  std::ostringstream os;
+  os << "program(ops=" << live_ops() << ", symbols=" << num_symbols
+     << ", groups=" << groups.size() << ")\n";
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    const ProgramOp& op = ops[i];
+    if (op.erased) continue;
+    os << "  %" << i << " = " << ir::op_name(op.node->op) << "(";
+    for (size_t k = 0; k < op.inputs.size(); ++k)
+      os << (k ? ", " : "") << "%" << op.inputs[k].node << "." << op.inputs[k].index;
+    os << ") : " << op_class_name(op.cls);
+    for (const auto& out : op.dims) {
+      os << " [";
+      for (size_t a = 0; a < out.size(); ++a) os << (a ? "," : "") << (out[a] ? "s" + std::to_string(out[a]) : "1");
+      os << "]";
+    }
+    if (op.group >= 0) os << "  group " << op.group;
+    os << "\n";
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    os << "  group " << g << " " << fusion_kind_name(groups[g].kind) << ":";
+    for (uint32_t o : groups[g].ops) os << " %" << o;
+    os << "\n";
+  }
+  for (const ProductConstraint& c : products) {
+    os << "  product";
+    for (uint32_t s : c.lhs) os << " s" << s;
+    os << " ==";
+    for (uint32_t s : c.rhs) os << " s" << s;
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace disc::lowering

@@ -1,0 +1,100 @@
+// plan_fusion and verify_plan: pinned kernel counts for the shapes that
+// matter (element-wise chains, reductions, softmax, layer norm, an MLP step).
+#include <gtest/gtest.h>
+
+#include "graph_builder.h"
+#include "lowering/passes/passes.h"
+#include "lowering/pipeline.h"
+
+using namespace disc;
+using namespace disc::lowering;
+using disc::testing::GraphBuilder;
+
+namespace {
+Program planned(std::vector<ir::Value> roots) {
+  return compile(ir::build_graph(roots)).program;
+}
+}  // namespace
+
+TEST(FusionPlan, ElementwiseChainIsOneLoopKernel) {
+  GraphBuilder b;
+  auto x = b.param({64, 128});
+  auto y = b.param({64, 128});
+  auto m = b.op("aten::mul.Tensor", {x, y}, {64, 128});
+  auto a = b.op("aten::add.Tensor", {m, x}, {64, 128});
+  auto r = b.op("aten::relu", {a}, {64, 128});
+  Program p = planned({r});
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].kind, FusionKind::kLoop);
+  EXPECT_EQ(p.groups[0].ops.size(), 3u);
+}
+
+TEST(FusionPlan, ReductionTakesItsElementwiseProducers) {
+  GraphBuilder b;
+  auto x = b.param({64, 128});
+  auto e = b.op("aten::exp", {x}, {64, 128});
+  auto s = b.op("aten::sum.dim_IntList", {e}, {64}, {GraphBuilder::ints({1}), GraphBuilder::boolean(false)});
+  Program p = planned({s});
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].kind, FusionKind::kInput);
+  EXPECT_EQ(p.groups[0].ops.size(), 2u);
+}
+
+TEST(FusionPlan, SoftmaxAndLayerNormForwardAndBackwardAreOneKernelEach) {
+  GraphBuilder b;
+  auto x = b.param({4096, 1024});
+  auto sm = b.op("aten::_softmax", {x}, {4096, 1024}, {GraphBuilder::integer(1), GraphBuilder::boolean(false)});
+  auto w = b.param({1024});
+  auto ln = b.multi("aten::native_layer_norm", {x, w, w}, {{4096, 1024}, {4096, 1}, {4096, 1}},
+                    {GraphBuilder::ints({1024})});
+  EXPECT_EQ(planned({sm}).groups.size(), 1u);
+  Program p = planned({{ln, 0}});
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].kind, FusionKind::kStitch);
+  auto g = b.param({4096, 1024});
+  auto smb = b.op("aten::_softmax_backward_data", {g, sm}, {4096, 1024},
+                  {GraphBuilder::integer(1), GraphBuilder::integer(6)});
+  EXPECT_EQ(planned({smb}).groups.size(), 2u);  // forward and backward: one each
+}
+
+TEST(FusionPlan, ProducerUsedOutsideItsConsumerStaysSeparate) {
+  // exp(x) feeds both a reduction and a library call: fusing it into the
+  // reduction would compute it twice or order the GEMM inside a kernel.
+  GraphBuilder b;
+  auto x = b.param({16, 16});
+  auto e = b.op("aten::exp", {x}, {16, 16});
+  auto s = b.op("aten::sum.dim_IntList", {e}, {16}, {GraphBuilder::ints({1}), GraphBuilder::boolean(false)});
+  auto m = b.op("aten::mm", {e, x}, {16, 16});
+  Program p = planned({s, m});
+  EXPECT_EQ(p.groups.size(), 2u);
+  EXPECT_EQ(p.library_calls(), 1u);
+}
+
+TEST(FusionPlan, BroadcastOfADifferentShapeIsNotFusedIntoTheLoop) {
+  GraphBuilder b;
+  auto bias = b.param({128});
+  auto x = b.param({64, 128});
+  auto nb = b.op("aten::neg", {bias}, {128});
+  auto a = b.op("aten::add.Tensor", {x, nb}, {64, 128});
+  Program p = planned({a});
+  EXPECT_EQ(p.groups.size(), 2u);  // neg over [128], add over [64, 128]
+}
+
+TEST(FusionPlan, MlpForwardKernelCountIsPinned) {
+  // x -> addmm -> relu -> addmm -> log_softmax: 2 library calls, relu one
+  // kLoop kernel, log_softmax one kStitch kernel.
+  GraphBuilder b;
+  auto x = b.param({32, 784});
+  auto w1 = b.param({784, 256});
+  auto b1 = b.param({256});
+  auto w2 = b.param({256, 10});
+  auto b2 = b.param({10});
+  auto h = b.op("aten::addmm", {b1, x, w1}, {32, 256});
+  auto r = b.op("aten::relu", {h}, {32, 256});
+  auto o = b.op("aten::addmm", {b2, r, w2}, {32, 10});
+  auto ls = b.op("aten::_log_softmax", {o}, {32, 10}, {GraphBuilder::integer(1), GraphBuilder::boolean(false)});
+  Program p = planned({ls});
+  EXPECT_EQ(p.library_calls(), 2u);
+  EXPECT_EQ(p.groups.size(), 2u);
+  EXPECT_EQ(p.unfused_ops(), 0u);
+}

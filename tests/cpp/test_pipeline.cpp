@@ -1,0 +1,32 @@
+// The pipeline: pass order, timings per pass, and IR dumps.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "graph_builder.h"
+#include "lowering/pipeline.h"
+
+using namespace disc;
+using disc::testing::GraphBuilder;
+
+TEST(Pipeline, PassesRunInTheDocumentedOrder) {
+  EXPECT_EQ(lowering::pass_names(),
+            (std::vector<std::string>{"verify", "canonicalize", "shape-constraints", "fusion-plan",
+                                      "verify-plan"}));
+}
+
+TEST(Pipeline, TimesEveryPassAndDumpsIrWhenAsked) {
+  auto dir = std::filesystem::temp_directory_path() / "disc_dump_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  setenv("DISC_DUMP_IR", dir.c_str(), 1);
+  GraphBuilder b;
+  auto x = b.param({4});
+  auto r = lowering::compile(ir::build_graph({b.op("aten::relu", {x}, {4})}));
+  unsetenv("DISC_DUMP_IR");
+  EXPECT_EQ(r.timings.size(), 5u);
+  size_t files = 0;
+  for (auto& f : std::filesystem::directory_iterator(dir)) files += f.is_regular_file();
+  EXPECT_EQ(files, 6u);  // the input graph + one per pass
+}
