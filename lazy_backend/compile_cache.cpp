@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "lazy_backend/metrics.h"
@@ -12,11 +13,10 @@ namespace disc {
 
 namespace {
 
-// Runs the compiler pipeline on a new graph and counts its plan. The
-// reference executor does not use the plan yet; running the pipeline on
-// every new graph keeps it verified against every traced graph. A failure is
-// counted and warned once per pass, never fatal: the graph still runs.
-void plan(const ir::Graph& graph) {
+// Runs the compiler pipeline on a new graph and counts its plan. A failure
+// is counted and warned once per pass, never fatal: the graph then runs on
+// the reference executor.
+std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
   try {
     lowering::CompileResult r = lowering::compile(graph);
     const lowering::Program& p = r.program;
@@ -26,6 +26,7 @@ void plan(const ir::Graph& graph) {
     metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
     for (const lowering::PassTiming& t : r.timings)
       metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));
+    return r;
   } catch (const lowering::CompileError& e) {
     metrics::bump("compile_failures");
     static std::mutex mu;
@@ -33,6 +34,7 @@ void plan(const ir::Graph& graph) {
     std::lock_guard<std::mutex> lock(mu);
     if (warned.insert(std::string(e.what()).substr(0, std::string(e.what()).find(':'))).second)
       TORCH_WARN("disc: compiler pipeline failed, graph runs on the reference executor: ", e.what());
+    return std::nullopt;
   }
 }
 
@@ -50,8 +52,9 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
     return *it->second.executable;
   }
   *hit = false;
-  plan(graph);
-  Entry e{graph.nodes.size(), graph.params.size(), executor.compile(graph)};
+  std::optional<lowering::CompileResult> r = plan(graph);
+  Entry e{graph.nodes.size(), graph.params.size(),
+          executor.compile(graph, r ? &r->program : nullptr)};
   return *entries_.emplace(graph.hash, std::move(e)).first->second.executable;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lowering/ir/graph.h"
+#include "lowering/program.h"
 
 namespace disc {
 
@@ -24,11 +25,15 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual const char* name() const = 0;
-  virtual std::unique_ptr<Executable> compile(const ir::Graph& graph) = 0;
+  // `plan` is the compiler pipeline's result for `graph`, or null when the
+  // pipeline failed (then a compiling executor must fall back).
+  virtual std::unique_ptr<Executable> compile(const ir::Graph& graph,
+                                              const lowering::Program* plan) = 0;
 };
 
 Executor& reference_executor();
-// Chosen by DISC_EXECUTOR (default and, for now, only: "reference").
+Executor& compiled_executor();
+// Chosen by DISC_EXECUTOR: "compiled" (default) or "reference".
 Executor& active_executor();
 
 }  // namespace disc

@@ -2,7 +2,6 @@
 // op it recorded. Values are immutable: ops that write in place run on a
 // clone of their input, so one value can feed any number of users.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
@@ -17,35 +16,6 @@
 namespace disc {
 
 namespace {
-
-// Random nodes draw from the CPU generator reseeded with (seed, offset), so a
-// node's numbers depend only on the disc generator state it was traced with.
-class SeededCpuGenerator {
- public:
-  SeededCpuGenerator(uint64_t seed, uint64_t offset)
-      : lock_(mutex()), gen_(at::detail::getDefaultCPUGenerator()) {
-    {
-      std::lock_guard<std::mutex> g(gen_.mutex());
-      saved_ = gen_.get_state();
-    }
-    uint64_t mixed = seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
-    std::lock_guard<std::mutex> g(gen_.mutex());
-    gen_.set_current_seed(mixed);
-  }
-  ~SeededCpuGenerator() {
-    std::lock_guard<std::mutex> g(gen_.mutex());
-    gen_.set_state(saved_);
-  }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex mu;
-    return mu;
-  }
-  std::lock_guard<std::mutex> lock_;
-  at::Generator gen_;
-  at::Tensor saved_;
-};
 
 class ReferenceExecutable final : public Executable {
  public:
@@ -66,14 +36,7 @@ class ReferenceExecutable final : public Executable {
       std::vector<at::Tensor> ins;
       ins.reserve(gn.inputs.size());
       for (const ir::GraphRef& r : gn.inputs) ins.push_back(values[r.node][r.index]);
-      const ir::Node& n = *gn.node;
-      if (n.rng_runtime >= 0) {
-        SeededCpuGenerator rng(static_cast<uint64_t>(n.runtime[n.rng_runtime].i),
-                               static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i));
-        values[k] = replay(*ops_[k], n, std::move(ins));
-      } else {
-        values[k] = replay(*ops_[k], n, std::move(ins));
-      }
+      values[k] = replay(*ops_[k], *gn.node, std::move(ins));
     }
     metrics::bump("kernels_launched", static_cast<int64_t>(g.num_ops()));
     std::vector<at::Tensor> out;
@@ -89,7 +52,7 @@ class ReferenceExecutable final : public Executable {
 class ReferenceExecutor final : public Executor {
  public:
   const char* name() const override { return "reference"; }
-  std::unique_ptr<Executable> compile(const ir::Graph& g) override {
+  std::unique_ptr<Executable> compile(const ir::Graph& g, const lowering::Program*) override {
     return std::make_unique<ReferenceExecutable>(g);
   }
 };
@@ -104,10 +67,10 @@ Executor& reference_executor() {
 Executor& active_executor() {
   static Executor* chosen = [] {
     const char* env = std::getenv("DISC_EXECUTOR");
-    std::string want = env ? env : "reference";
-    TORCH_CHECK(want == "reference", "disc: DISC_EXECUTOR=", want,
-                " is unknown (known: reference)");
-    return &reference_executor();
+    std::string want = env && *env ? env : "compiled";
+    TORCH_CHECK(want == "reference" || want == "compiled", "disc: DISC_EXECUTOR=", want,
+                " is unknown (known: compiled, reference)");
+    return want == "reference" ? &reference_executor() : &compiled_executor();
   }();
   return *chosen;
 }

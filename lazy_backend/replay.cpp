@@ -1,10 +1,14 @@
 #include "lazy_backend/replay.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "lazy_backend/attr_ivalue.h"
 #include "lazy_backend/tensor_data.h"
+
+#include <mutex>
+#include <optional>
 
 namespace disc {
 
@@ -35,6 +39,35 @@ bool needs_flat_storage(uint32_t op) {
   static const uint32_t b = ir::intern_op("aten::as_strided_scatter");
   return op == a || op == b;
 }
+
+// Random nodes draw from the CPU generator reseeded with (seed, offset), so a
+// node's numbers depend only on the disc generator state it was traced with.
+class SeededCpuGenerator {
+ public:
+  SeededCpuGenerator(uint64_t seed, uint64_t offset)
+      : lock_(mutex()), gen_(at::detail::getDefaultCPUGenerator()) {
+    {
+      std::lock_guard<std::mutex> g(gen_.mutex());
+      saved_ = gen_.get_state();
+    }
+    uint64_t mixed = seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
+    std::lock_guard<std::mutex> g(gen_.mutex());
+    gen_.set_current_seed(mixed);
+  }
+  ~SeededCpuGenerator() {
+    std::lock_guard<std::mutex> g(gen_.mutex());
+    gen_.set_state(saved_);
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex mu;
+    return mu;
+  }
+  std::lock_guard<std::mutex> lock_;
+  at::Generator gen_;
+  at::Tensor saved_;
+};
 
 }  // namespace
 
@@ -80,6 +113,10 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
   {
     // Values never require grad here; skip the autograd layers.
     at::AutoDispatchBelowADInplaceOrView guard;
+    std::optional<SeededCpuGenerator> rng;
+    if (n.rng_runtime >= 0)
+      rng.emplace(static_cast<uint64_t>(n.runtime[n.rng_runtime].i),
+                  static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i));
     op.callBoxed(&stack);
   }
 

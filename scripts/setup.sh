@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
-APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fashion-mnist)
+APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fashion-mnist
+              llvm-15-dev libmlir-15-dev mlir-15-tools)
 PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm)
 
 missing=()

@@ -38,7 +38,10 @@ class Emitter {
  public:
   Emitter(const Program& p, uint32_t g, const std::vector<bool>& used_outside)
       : p_(p), group_(p.groups[g]), used_outside_(used_outside) {
-    kernel_.name = "loop_kernel_" + std::to_string(g);
+    // One name for all: equal groups then give equal text, and the JIT
+    // cache compiles each distinct kernel once per process.
+    kernel_.name = "loop_kernel";
+    (void)g;
     for (uint32_t op : group_.ops) in_group_[op] = true;
   }
 

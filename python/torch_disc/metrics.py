@@ -44,7 +44,10 @@ def report() -> str:
         ("hashing", f"{c['hash_ns'] / 1e6:.1f} ms"),
         ("compiling", f"{c['compile_ns'] / 1e6:.1f} ms"),
         ("executing", f"{c['execute_ns'] / 1e6:.1f} ms"),
-        ("kernels launched", f"{c.get('kernels_launched', 0)}"),
+        ("kernels launched", "{} (fused {} / aten {})".format(
+            c.get("kernels_launched", 0), c.get("launches.fused", 0), c.get("launches.aten", 0))),
+        ("kernels generated", "{} ({} JIT-compiled, {} from the kernel cache)".format(
+            c.get("kernels_compiled", 0), c.get("kernels_jitted", 0), c.get("kernel_cache_hits", 0))),
         ("planned kernels", "kLoop {} / kInput {} / kStitch {} / library {} / unfused {}".format(
             c.get("planned.kLoop", 0), c.get("planned.kInput", 0), c.get("planned.kStitch", 0),
             c.get("planned.library_calls", 0), c.get("planned.unfused_ops", 0))),

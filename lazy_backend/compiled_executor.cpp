@@ -1,0 +1,266 @@
+// The compiled executor: runs a graph as its fusion plan says. kLoop groups
+// with generated code run as one JIT-compiled kernel each (MLIR -> LLVM),
+// parallel over dim 0 on ATen's thread pool; every other op runs its ATen CPU
+// kernel, as in the reference executor. Kernels are shape-generic: sizes and
+// strides are passed at each launch.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <set>
+
+#include "lazy_backend/executor.h"
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/replay.h"
+#include "lazy_backend/tensor_data.h"
+#include "lowering/codegen/loop_kernel.h"
+#include "runtime/mlir_jit.h"
+
+namespace disc {
+
+namespace {
+
+using lowering::Program;
+using runtime::MemRef1D;
+
+constexpr size_t kMinFusedOps = 2;
+
+struct Kernel {
+  lowering::LoopKernel spec;
+  std::shared_ptr<runtime::JitModule> jit;
+};
+
+// JIT modules by kernel text: a kernel is compiled once per process, however
+// many graphs contain it (an LLVM -O3 compile costs tens of milliseconds).
+std::shared_ptr<runtime::JitModule> jit_compile(const std::string& mlir, std::string* llvm_ir) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<runtime::JitModule>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(mlir);
+  if (it != cache.end() && !llvm_ir) {
+    metrics::bump("kernel_cache_hits");
+    return it->second;
+  }
+  std::shared_ptr<runtime::JitModule> jit = runtime::JitModule::compile(mlir, llvm_ir);
+  cache[mlir] = jit;
+  metrics::bump("kernels_jitted");
+  return jit;
+}
+
+// One step of the schedule: a generated kernel, or a single op.
+struct Step {
+  int32_t kernel = -1;  // index into kernels, or -1
+  uint32_t op = 0;      // the op, when kernel < 0
+};
+
+std::vector<bool> used_outside_groups(const Program& p) {
+  std::vector<bool> used(p.ops.size(), false);
+  for (const ir::GraphRef& r : p.outputs) used[r.node] = true;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].erased) continue;
+    for (const ir::GraphRef& r : p.ops[i].inputs)
+      if (p.ops[r.node].group < 0 || p.ops[r.node].group != p.ops[i].group) used[r.node] = true;
+  }
+  return used;
+}
+
+void dump_kernel(const ir::Graph& g, const lowering::LoopKernel& k, const std::string& llvm_ir) {
+  const char* dir = std::getenv("DISC_DUMP_IR");
+  if (!dir || !*dir) return;
+  std::ostringstream base;
+  static std::atomic<int> counter{0};
+  base << dir << "/" << std::hex << g.hash << std::dec << "." << k.name << counter++;
+  std::ofstream(base.str() + ".mlir") << k.mlir;
+  std::ofstream(base.str() + ".ll") << llvm_ir;
+}
+
+class CompiledExecutable final : public Executable {
+ public:
+  CompiledExecutable(const ir::Graph& g, const Program& plan) : program_(plan) {
+    std::vector<bool> used = used_outside_groups(program_);
+    std::vector<int32_t> kernel_of_group(program_.groups.size(), -1);
+    for (uint32_t gi = 0; gi < program_.groups.size(); ++gi) {
+      // A lone element-wise op gains nothing from fusion, and ATen's kernel
+      // for it is already vectorized: generate code only where ops fuse.
+      if (program_.groups[gi].ops.size() < kMinFusedOps) continue;
+      std::string why;
+      auto spec = lowering::emit_loop_kernel(program_, gi, used, &why);
+      if (!spec) continue;
+      std::string llvm_ir;
+      auto jit = jit_compile(spec->mlir, std::getenv("DISC_DUMP_IR") ? &llvm_ir : nullptr);
+      dump_kernel(g, *spec, llvm_ir);
+      kernel_of_group[gi] = static_cast<int32_t>(kernels_.size());
+      kernels_.push_back({std::move(*spec), std::move(jit)});
+    }
+    metrics::bump("kernels_compiled", static_cast<int64_t>(kernels_.size()));
+    schedule(kernel_of_group);
+    for (const Step& s : steps_)
+      replay_ops_.push_back(s.kernel < 0 && program_.ops[s.op].cls != lowering::OpClass::kData
+                                ? std::optional(resolve_op(program_.ops[s.op].node->op))
+                                : std::nullopt);
+  }
+
+  std::vector<at::Tensor> run(const ir::Graph& g) override {
+    std::vector<std::vector<at::Tensor>> values(g.nodes.size());
+    int64_t fused = 0, aten = 0;
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      const Step& step = steps_[s];
+      if (step.kernel >= 0) {
+        launch(kernels_[step.kernel], g, values);
+        ++fused;
+        continue;
+      }
+      const uint32_t i = step.op;
+      const ir::GraphNode& gn = g.nodes[i];
+      if (gn.param >= 0) {
+        values[i] = {param_tensor(*gn.node)};
+        continue;
+      }
+      std::vector<at::Tensor> ins;
+      for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
+      values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins));
+      ++aten;
+    }
+    metrics::bump("kernels_launched", fused + aten);
+    metrics::bump("launches.fused", fused);
+    metrics::bump("launches.aten", aten);
+    std::vector<at::Tensor> out;
+    for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
+    return out;
+  }
+
+ private:
+  // Kahn's algorithm over kernels and single ops, smallest op index first:
+  // a group runs once all its external inputs exist.
+  void schedule(const std::vector<int32_t>& kernel_of_group) {
+    const size_t n_ops = program_.ops.size();
+    auto unit = [&](uint32_t i) -> int64_t {  // kernel units are numbered after ops
+      int32_t g = program_.ops[i].group;
+      return g >= 0 && kernel_of_group[g] >= 0 ? static_cast<int64_t>(n_ops + kernel_of_group[g]) : i;
+    };
+    const size_t n_units = n_ops + kernels_.size();
+    std::vector<std::vector<size_t>> next(n_units);
+    std::vector<size_t> indegree(n_units, 0), first_op(n_units, SIZE_MAX);
+    std::vector<bool> present(n_units, false);
+    for (uint32_t i = 0; i < n_ops; ++i) {
+      if (program_.ops[i].erased) continue;
+      size_t u = unit(i);
+      present[u] = true;
+      first_op[u] = std::min<size_t>(first_op[u], i);
+      for (const ir::GraphRef& r : program_.ops[i].inputs) {
+        size_t v = unit(r.node);
+        if (v == u) continue;
+        next[v].push_back(u);
+        ++indegree[u];
+      }
+    }
+    using Item = std::pair<size_t, size_t>;  // (first op, unit)
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+    for (size_t u = 0; u < n_units; ++u)
+      if (present[u] && indegree[u] == 0) ready.push({first_op[u], u});
+    while (!ready.empty()) {
+      size_t u = ready.top().second;
+      ready.pop();
+      steps_.push_back(u >= n_ops ? Step{static_cast<int32_t>(u - n_ops), 0}
+                                  : Step{-1, static_cast<uint32_t>(u)});
+      for (size_t v : next[u])
+        if (--indegree[v] == 0) ready.push({first_op[v], v});
+    }
+  }
+
+  void launch(Kernel& k, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
+    const lowering::LoopKernel& spec = k.spec;
+    const uint32_t R = spec.rank;
+    // The iteration space: the group's output shape in *this* graph.
+    std::vector<int64_t> sizes = g.nodes[spec.outputs.empty() ? 0 : spec.outputs[0]].node->outputs[0].sizes;
+    if (sizes.empty()) sizes = {1};
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    std::vector<at::Tensor> inputs;
+    std::vector<int64_t> strides;
+    for (const ir::GraphRef& r : spec.inputs) {
+      at::Tensor t = values[r.node][r.index];
+      inputs.push_back(t);
+      const int64_t k_rank = t.dim(), lead = static_cast<int64_t>(R) - k_rank;
+      for (uint32_t a = 0; a < R; ++a) {
+        int64_t ax = static_cast<int64_t>(a) - lead;
+        strides.push_back(ax < 0 || t.size(ax) == 1 ? 0 : t.stride(ax));
+      }
+    }
+    std::vector<double> scalars;
+    for (auto [op, slot] : spec.runtime) {
+      const ir::Attr& a = g.nodes[op].node->runtime[slot];
+      scalars.push_back(a.kind == ir::Attr::Kind::kScalarDouble ? a.d : static_cast<double>(a.i));
+    }
+    std::vector<at::Tensor> outputs;
+    for (uint32_t op : spec.outputs)
+      outputs.push_back(at::empty(g.nodes[op].node->outputs[0].sizes, at::kFloat));
+    if (numel > 0) {
+      const int64_t inner = numel / sizes[0];
+      const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
+      at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) {
+        std::vector<void*> args;
+        std::vector<MemRef1D<char>> bufs;
+        bufs.reserve(inputs.size() + outputs.size() + 3);
+        for (const at::Tensor& t : inputs) {
+          char* p = static_cast<char*>(t.data_ptr());
+          bufs.push_back({p, p, 0, INT64_MAX, 1});
+        }
+        for (const at::Tensor& t : outputs) {
+          char* p = static_cast<char*>(t.data_ptr());
+          bufs.push_back({p, p, 0, numel, 1});
+        }
+        bufs.push_back({reinterpret_cast<char*>(sizes.data()), reinterpret_cast<char*>(sizes.data()), 0,
+                        static_cast<int64_t>(sizes.size()), 1});
+        bufs.push_back({reinterpret_cast<char*>(strides.data()), reinterpret_cast<char*>(strides.data()), 0,
+                        static_cast<int64_t>(strides.size()), 1});
+        bufs.push_back({reinterpret_cast<char*>(scalars.data()), reinterpret_cast<char*>(scalars.data()), 0,
+                        static_cast<int64_t>(scalars.size()), 1});
+        for (auto& b : bufs) b.pack(args);
+        int64_t b = begin, e = end;
+        args.push_back(&b);
+        args.push_back(&e);
+        k.jit->invoke_packed(spec.name, args);
+      });
+    }
+    for (size_t j = 0; j < spec.outputs.size(); ++j) values[spec.outputs[j]] = {outputs[j]};
+  }
+
+  Program program_;
+  std::vector<Kernel> kernels_;
+  std::vector<Step> steps_;
+  std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
+};
+
+class CompiledExecutor final : public Executor {
+ public:
+  const char* name() const override { return "compiled"; }
+  std::unique_ptr<Executable> compile(const ir::Graph& g, const Program* plan) override {
+    if (!plan) return reference_executor().compile(g, nullptr);
+    try {
+      return std::make_unique<CompiledExecutable>(g, *plan);
+    } catch (const std::exception& e) {
+      // Same results, slower: counted and said once.
+      metrics::bump("compile_failures");
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        TORCH_WARN("disc: codegen failed, graph runs on the reference executor: ", e.what());
+      });
+      return reference_executor().compile(g, nullptr);
+    }
+  }
+};
+
+}  // namespace
+
+Executor& compiled_executor() {
+  static CompiledExecutor e;
+  return e;
+}
+
+}  // namespace disc
