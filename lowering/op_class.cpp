@@ -24,6 +24,7 @@ const std::unordered_map<std::string, OpClass>& table() {
              "aten::pow.Tensor_Scalar", "aten::threshold_backward", "aten::where.self",
              "aten::maximum", "aten::minimum", "aten::clamp", "aten::clamp_min",
              "aten::addcmul_", "aten::addcdiv_", "aten::lerp_.Scalar", "aten::sqrt_",
+             "aten::addcmul", "aten::addcdiv", "aten::lerp.Scalar",
              "aten::sigmoid_backward", "aten::tanh_backward", "aten::gelu_backward",
              "aten::copy", "aten::clone", "aten::_to_copy", "aten::masked_fill.Scalar",
              "aten::eq.Scalar", "aten::ne.Scalar", "aten::gt.Scalar", "aten::lt.Scalar",

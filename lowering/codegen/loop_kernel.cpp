@@ -76,7 +76,9 @@ class Emitter {
         "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
         "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::div_.Tensor",
         "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::tanh",
-        "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward"};
+        "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
+        "aten::sqrt_", "aten::lerp_.Scalar", "aten::addcmul_", "aten::addcdiv_", "aten::zero_",
+        "aten::fill_.Scalar"};
     for (const char* s : ops)
       if (op == s) return true;
     return false;
@@ -161,6 +163,26 @@ class Emitter {
     if (name == "aten::mul.Tensor" || name == "aten::mul_.Tensor") return op_f("arith.mulf", in(0), in(1));
     if (name == "aten::div.Tensor" || name == "aten::div_.Tensor") return op_f("arith.divf", in(0), in(1));
     if (name == "aten::neg") return op_u("arith.negf", in(0));
+    if (name == "aten::zero_") return f32_const(0.0);
+    if (name == "aten::fill_.Scalar") return scalar_operand(op, 1);
+    if (name == "aten::sqrt_") return op_u("math.sqrt", in(0));
+    if (name == "aten::addcmul_" || name == "aten::addcdiv_") {
+      // self + value * (t1 op t2), torch's order of operations.
+      std::string t = op_f(name == "aten::addcmul_" ? "arith.mulf" : "arith.divf", in(1), in(2));
+      if (!is_one(op, 3)) t = op_f("arith.mulf", scalar_operand(op, 3), t);
+      return op_f("arith.addf", in(0), t);
+    }
+    if (name == "aten::lerp_.Scalar") {
+      // As torch: w < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w).
+      std::string self = in(0), end = in(1), w = scalar_operand(op, 2);
+      std::string diff = op_f("arith.subf", end, self);
+      std::string low = op_f("arith.addf", self, op_f("arith.mulf", w, diff));
+      std::string high = op_f("arith.subf", end,
+                              op_f("arith.mulf", diff, op_f("arith.subf", f32_const(1.0), w)));
+      std::string cond = fresh();
+      line(cond + " = arith.cmpf olt, " + w + ", " + f32_const(0.5) + " : f32");
+      return select_f(cond, low, high);
+    }
     if (name == "aten::exp") return op_u("math.exp", in(0));
     if (name == "aten::log") return op_u("math.log", in(0));
     if (name == "aten::sqrt") return op_u("math.sqrt", in(0));
