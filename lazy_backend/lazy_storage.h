@@ -43,6 +43,9 @@ class LazyStorage {
   const ir::Value& value() const { return value_; }
   bool pending() const { return value_ && !value_.node->is_data(); }
   void bind_data(at::Tensor cpu);  // the sync's result for value()
+  // Drops remembered view values. Every sync does this for every storage,
+  // so each step traces from the same state and yields the same graph.
+  void forget_views() { views_.clear(); }
   void grow(size_t nbytes);        // resize_ to a larger size
   size_t nbytes() const { return nbytes_; }
   // Allocation order: the sync orders graph outputs by it, so the same

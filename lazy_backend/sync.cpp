@@ -66,6 +66,9 @@ std::vector<at::Tensor> run(Executable& exe, const ir::Graph& g) {
 
 void bind_results(const Pending& p, std::vector<at::Tensor>& results) {
   for (size_t k = 0; k < p.storages.size(); ++k) p.storages[k]->bind_data(std::move(results[k]));
+  // Views remembered before this sync would otherwise make the next step's
+  // trace depend on what earlier steps read (a different graph, a recompile).
+  for (LazyStorage* s : live_storages()) s->forget_views();
 }
 
 }  // namespace

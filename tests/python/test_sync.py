@@ -168,29 +168,34 @@ def test_training_with_dropout_traces_and_is_reproducible(counters):
 def test_two_threads_train_independently():
     import threading
 
-    def train(seed, out):
+    def setup(seed):
+        # Made on the main thread: torch.manual_seed is process-wide, so
+        # seeding inside the threads would race.
         torch.manual_seed(seed)
         model = torch.nn.Linear(8, 1).to("disc")
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
         g = torch.Generator().manual_seed(seed)
-        x, y = torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+        return model, torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+
+    def train(model, x, y, out, key):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
         for _ in range(15):
             opt.zero_grad()
             F.mse_loss(model(x.to("disc")), y.to("disc")).backward()
             opt.step()
-        out[seed] = model.weight.detach().cpu().clone()
+        out[key] = model.weight.detach().cpu().clone()
 
-    alone = {}
-    train(1, alone)
-    train(2, alone)
-    together = {}
-    threads = [threading.Thread(target=train, args=(s, together)) for s in (1, 2)]
+    alone, together = {}, {}
+    for seed in (1, 2):
+        train(*setup(seed), alone, seed)
+    jobs = [setup(seed) for seed in (1, 2)]
+    threads = [threading.Thread(target=train, args=(*job, together, seed))
+               for job, seed in zip(jobs, (1, 2))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for s in (1, 2):
-        torch.testing.assert_close(together[s], alone[s], rtol=0, atol=0)
+    for seed in (1, 2):
+        torch.testing.assert_close(together[seed], alone[seed], rtol=0, atol=0)
 
 
 def test_sync_replaces_the_trace_by_data():
@@ -224,3 +229,18 @@ def test_mlp_training_step_plan_is_pinned(counters):
     # kStitch: log_softmax forward and backward; kInput: the two bias-grad
     # sums; library: 2 addmm forward + 3 mm backward.
     assert planned == {"kLoop": 8, "kInput": 2, "kStitch": 2, "library_calls": 5}
+
+
+def test_returning_to_an_earlier_shape_reuses_its_graph(counters):
+    # A persistent buffer sliced to each step's length (position ids): after a
+    # step with another length, the earlier length's graph is hit again.
+    emb = torch.nn.Embedding(16, 4).to("disc")
+    ids = torch.arange(16).expand(1, -1).contiguous().to("disc")
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    for length in [5, 5, 9, 5, 9]:
+        emb(ids[:, :length]).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert counters()["compiles"] == 2
