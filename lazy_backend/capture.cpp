@@ -17,9 +17,6 @@ namespace disc {
 
 namespace {
 
-bool is_disc(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
 
 // Torch allows a CPU scalar tensor (0-dim) next to device tensors; anything
 // else on another device is the user's error, reported as torch does for cuda.
@@ -166,19 +163,6 @@ Recorded record(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> ar
   }
   rec.node = b.build();
   return rec;
-}
-
-// Gives a disc tensor the sizes an out= op resized it to.
-void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
-  if (t.sizes() == sizes) return;
-  auto* impl = t.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(sizes);
-  size_t need = static_cast<size_t>(t.numel()) * t.element_size();
-  LazyStorage& s = lazy_storage_of(t);
-  if (need > s.nbytes()) {
-    s.grow(need);
-    t.storage().set_nbytes(need);
-  }
 }
 
 // Meta kernels (C++ or Python) that have no data-independent answer say so

@@ -146,6 +146,22 @@ LazyStorage& lazy_storage_of(const at::Tensor& t) {
   return *static_cast<LazyStorage*>(ctx);
 }
 
+bool is_disc(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
+  if (t.sizes() == sizes) return;
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  LazyStorage& s = lazy_storage_of(t);
+  if (need > s.nbytes()) {
+    s.grow(need);
+    t.storage().set_nbytes(need);
+  }
+}
+
 ir::Value read_value(const at::Tensor& t) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   return lazy_storage_of(t).read(t);

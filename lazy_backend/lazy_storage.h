@@ -70,6 +70,10 @@ class LazyStorage {
 
 // The LazyStorage behind a disc tensor; throws for other devices.
 LazyStorage& lazy_storage_of(const at::Tensor& t);
+bool is_disc(const at::Tensor& t);
+// Gives a disc tensor new (contiguous) sizes, growing its storage if needed:
+// resize_, and out= ops that resize their output. Equal sizes keep strides.
+void resize_disc(const at::Tensor& t, at::IntArrayRef sizes);
 // Reads / writes a disc tensor's value (takes trace_mutex()).
 ir::Value read_value(const at::Tensor& t);
 void write_value(const at::Tensor& t, ir::Value v);

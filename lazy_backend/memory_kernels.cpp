@@ -18,9 +18,6 @@ namespace {
 
 constexpr c10::DispatchKeySet kDiscKeys(c10::DispatchKey::PrivateUse1);
 
-bool is_disc(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
 
 void check_layout_and_device(std::optional<at::Layout> layout, std::optional<at::Device> device) {
   TORCH_CHECK(!layout || *layout == at::kStrided, "disc: only strided tensors are supported, got ",
@@ -98,21 +95,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   return dst;
 }
 
-void resize_disc_tensor(const at::Tensor& t, at::IntArrayRef size) {
-  auto* impl = t.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
-  size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
-  LazyStorage& s = lazy_storage_of(t);
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  if (need > s.nbytes()) {
-    s.grow(need);
-    t.storage().set_nbytes(need);
-  }
-}
-
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (is_disc(dst)) {
-    resize_disc_tensor(dst, self.sizes());
+    resize_disc(dst, self.sizes());
   } else {
     dst.resize_(self.sizes());
   }
@@ -124,7 +109,7 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size,
   TORCH_CHECK(!format || *format == at::MemoryFormat::Contiguous ||
                   *format == at::MemoryFormat::Preserve,
               "disc: resize_ supports contiguous memory format only");
-  resize_disc_tensor(self, size);
+  resize_disc(self, size);
   return self;
 }
 
