@@ -34,6 +34,7 @@ if __package__ in (None, ""):
 import torch
 from tqdm import tqdm
 
+from examples.device import device_and_sync
 from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_WORDNET_DIR,
                                 DatasetError, load_tables, load_wordnet, majority_baseline,
                                 split)
@@ -66,14 +67,6 @@ def packaged_model_dir():
                     return config.parent
     return None
 
-
-def device_and_sync(name):
-    """Return ``(torch.device, sync_fn)``; torch_disc is imported only for disc."""
-    if name == "disc":
-        import torch_disc  # registers the "disc" device
-
-        return torch.device("disc"), torch_disc.sync
-    return torch.device(name), lambda: None
 
 
 def parse_args(argv=None):

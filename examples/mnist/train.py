@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from examples.device import device_and_sync
 from examples.mnist.data import DEFAULT_DIR, DatasetError, load_split
 
 EVAL_BATCH_SIZE = 1000
@@ -65,14 +66,6 @@ def build_optimizer(name, params, lr):
         return torch.optim.AdamW(params, lr=lr)
     raise ValueError(f"unknown optimizer {name!r}")
 
-
-def device_and_sync(name):
-    """Return ``(torch.device, sync_fn)``; torch_disc is imported only for disc."""
-    if name == "disc":
-        import torch_disc  # registers the "disc" device
-
-        return torch.device("disc"), torch_disc.sync
-    return torch.device(name), lambda: None
 
 
 def parse_args(argv=None):
