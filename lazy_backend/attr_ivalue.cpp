@@ -24,13 +24,13 @@ std::optional<ir::Attr> scalar_attr(const c10::IValue& v) {
   return std::nullopt;  // complex scalars are not recorded
 }
 
-}  // namespace
-
-bool is_runtime_scalar(const c10::IValue& v, const c10::Argument& arg) {
-  return base_type(arg)->kind() == c10::TypeKind::NumberType && v.isDouble();
+bool is_symint(const c10::Argument& arg) {
+  c10::TypePtr t = base_type(arg);
+  if (auto list = t->cast<c10::ListType>()) t = list->getElementType();
+  return t->kind() == c10::TypeKind::SymIntType;
 }
 
-std::optional<ir::Attr> to_attr(const c10::IValue& v, const c10::Argument& arg) {
+std::optional<ir::Attr> to_plain_attr(const c10::IValue& v, const c10::Argument& arg) {
   if (v.isNone()) return ir::Attr::none();
   const c10::TypePtr t = base_type(arg);
   switch (t->kind()) {
@@ -80,6 +80,18 @@ std::optional<ir::Attr> to_attr(const c10::IValue& v, const c10::Argument& arg) 
     default:
       return std::nullopt;  // Generator, Dimname, Storage, ...
   }
+}
+
+}  // namespace
+
+bool is_runtime_scalar(const c10::IValue& v, const c10::Argument& arg) {
+  return base_type(arg)->kind() == c10::TypeKind::NumberType && v.isDouble();
+}
+
+std::optional<ir::Attr> to_attr(const c10::IValue& v, const c10::Argument& arg) {
+  std::optional<ir::Attr> a = to_plain_attr(v, arg);
+  if (a && (a->kind == Kind::kInt || a->kind == Kind::kIntList)) a->symbolic = is_symint(arg);
+  return a;
 }
 
 c10::IValue to_ivalue(const ir::Attr& a) {

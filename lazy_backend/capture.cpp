@@ -110,6 +110,7 @@ Recorded record(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> ar
                 const std::vector<at::Tensor>& mutated_meta, const std::string& name,
                 bool random) {
   NodeBuilder b(name);
+  const bool arange = name.rfind("aten::arange", 0) == 0;
   Recorded rec;
   std::vector<uint32_t> mutated_inputs;
   const auto& formals = schema.arguments();
@@ -151,7 +152,11 @@ Recorded record(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> ar
                                        : ir::Attr::of_int(ir::Attr::Kind::kScalarInt, e.toInt()));
       b.runtime_list(std::move(scalars));
     } else {
-      b.attr(*to_attr(v, formals[i]));
+      ir::Attr a = *to_attr(v, formals[i]);
+      // arange's bounds are Scalars, not SymInts, but are sizes all the same
+      // (position ids of a sequence): keep them out of the structural hash.
+      if (a.kind == ir::Attr::Kind::kScalarInt && arange) a.symbolic = true;
+      b.attr(std::move(a));
     }
   }
   for (const at::Tensor& m : fresh_meta) b.output(type_of(m));

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -43,29 +44,59 @@ std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
 Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& executor,
                                          bool* hit) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(graph.hash);
-  if (it != entries_.end()) {
-    TORCH_INTERNAL_ASSERT(it->second.num_nodes == graph.nodes.size() &&
-                              it->second.num_params == graph.params.size(),
-                          "disc: graph hash collision");
-    *hit = true;
-    return *it->second.executable;
+  std::vector<Entry>& bucket = entries_[graph.hash];
+  for (Entry& e : bucket) {
+    if (e.key.matches(graph)) {
+      *hit = true;
+      return *e.executable;
+    }
   }
   *hit = false;
+  const auto start = std::chrono::steady_clock::now();
+  CompileRecord record;
+  record.hash = graph.hash;
+  record.ops = graph.num_ops();
+  {
+    std::vector<const GraphKey*> cached;
+    for (const auto& [h, b] : entries_)
+      for (const Entry& e : b) cached.push_back(&e.key);
+    record.reason = explain_miss(graph, cached);
+  }
   std::optional<lowering::CompileResult> r = plan(graph);
-  Entry e{graph.nodes.size(), graph.params.size(),
-          executor.compile(graph, r ? &r->program : nullptr)};
-  return *entries_.emplace(graph.hash, std::move(e)).first->second.executable;
+  Entry e{GraphKey::of(graph), executor.compile(graph, r ? &r->program : nullptr)};
+  record.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  log_.push_back(std::move(record));
+  ++size_;
+  bucket.push_back(std::move(e));
+  return *bucket.back().executable;
 }
 
 void CompileCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
+  size_ = 0;
 }
 
 size_t CompileCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
+  return size_;
+}
+
+std::vector<CompileRecord> CompileCache::log() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_;
+}
+
+void CompileCache::clear_log() {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_.clear();
+}
+
+CompileRecord CompileCache::locate_last(const std::string& location) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (log_.empty()) return {};
+  log_.back().location = location;
+  return log_.back();
 }
 
 CompileCache& compile_cache() {

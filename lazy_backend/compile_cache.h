@@ -1,12 +1,26 @@
-// Compiled graphs keyed by the graph's structural hash.
+// Compiled graphs keyed by the graph's structural hash (structure + size
+// pattern, not concrete sizes): one executable serves every batch size and
+// sequence length with the same pattern. Each miss is explained and logged.
 #pragma once
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "lazy_backend/compile_explain.h"
 #include "lazy_backend/executor.h"
 
 namespace disc {
+
+// One compile: what it compiled and why the cache missed.
+struct CompileRecord {
+  uint64_t hash = 0;
+  size_t ops = 0;
+  double ms = 0;
+  std::string reason;    // see explain_miss
+  std::string location;  // the Python line whose sync compiled it
+};
 
 class CompileCache {
  public:
@@ -15,15 +29,22 @@ class CompileCache {
   Executable& get_or_compile(const ir::Graph& graph, Executor& executor, bool* hit);
   void clear();
   size_t size() const;
+  // Every compile since the last clear_log(), oldest first.
+  std::vector<CompileRecord> log() const;
+  void clear_log();
+  // Fills in the location of the newest record (known only after the sync
+  // has released its locks) and returns the record.
+  CompileRecord locate_last(const std::string& location);
 
  private:
   struct Entry {
-    size_t num_nodes;   // guards against hash collisions
-    size_t num_params;
+    GraphKey key;
     std::unique_ptr<Executable> executable;
   };
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Entry> entries_;
+  std::unordered_map<uint64_t, std::vector<Entry>> entries_;  // by hash; a vector for collisions
+  size_t size_ = 0;
+  std::vector<CompileRecord> log_;
 };
 
 CompileCache& compile_cache();

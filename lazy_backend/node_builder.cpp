@@ -57,6 +57,20 @@ NodeBuilder& NodeBuilder::ints(std::vector<int64_t> v) {
 }
 
 NodeBuilder& NodeBuilder::integer(int64_t v) { return attr(Attr::of_int(Attr::Kind::kInt, v)); }
+
+NodeBuilder& NodeBuilder::sym_ints(std::vector<int64_t> v) {
+  Attr a;
+  a.kind = Attr::Kind::kIntList;
+  a.ints = std::move(v);
+  a.symbolic = true;
+  return attr(std::move(a));
+}
+
+NodeBuilder& NodeBuilder::sym_integer(int64_t v) {
+  Attr a = Attr::of_int(Attr::Kind::kInt, v);
+  a.symbolic = true;
+  return attr(std::move(a));
+}
 NodeBuilder& NodeBuilder::none() { return attr(Attr::none()); }
 
 NodeBuilder& NodeBuilder::runtime(Attr a) {
@@ -104,7 +118,7 @@ const ir::TensorType& type_of(const ir::Value& v) { return v.node->outputs.at(v.
 
 ir::Value op_zeros(const ir::TensorType& type) {
   return {NodeBuilder("aten::zeros")
-              .ints(type.sizes)
+              .sym_ints(type.sizes)
               .attr(Attr::of_int(Attr::Kind::kDType, static_cast<int64_t>(type.dtype)))
               .none().none().none()
               .output(type)
@@ -115,7 +129,7 @@ ir::Value op_zeros(const ir::TensorType& type) {
 ir::Value op_reshape(const ir::Value& v, const std::vector<int64_t>& sizes) {
   return {NodeBuilder("aten::reshape")
               .tensor(v)
-              .ints(sizes)
+              .sym_ints(sizes)
               .output({type_of(v).dtype, sizes})
               .build(),
           0};
@@ -134,9 +148,9 @@ ir::Value op_as_strided(const ir::Value& base, const std::vector<int64_t>& sizes
                         const std::vector<int64_t>& strides, int64_t offset) {
   return {NodeBuilder("aten::as_strided")
               .tensor(base)
-              .ints(sizes)
-              .ints(strides)
-              .integer(offset)
+              .sym_ints(sizes)
+              .sym_ints(strides)
+              .sym_integer(offset)
               .output({type_of(base).dtype, sizes})
               .build(),
           0};
@@ -148,9 +162,9 @@ ir::Value op_as_strided_scatter(const ir::Value& base, const ir::Value& src,
   return {NodeBuilder("aten::as_strided_scatter")
               .tensor(base)
               .tensor(src)
-              .ints(sizes)
-              .ints(strides)
-              .integer(offset)
+              .sym_ints(sizes)
+              .sym_ints(strides)
+              .sym_integer(offset)
               .output(type_of(base))
               .build(),
           0};
@@ -170,7 +184,7 @@ ir::Value op_pad_flat(const ir::Value& flat, int64_t extra) {
   const ir::TensorType& t = type_of(flat);
   return {NodeBuilder("aten::constant_pad_nd")
               .tensor(flat)
-              .ints({0, extra})
+              .sym_ints({0, extra})
               .attr(Attr::of_int(Attr::Kind::kScalarInt, 0))
               .output({t.dtype, {t.sizes.at(0) + extra}})
               .build(),

@@ -20,6 +20,10 @@ class NodeBuilder {
   NodeBuilder& attr(ir::Attr a);
   NodeBuilder& ints(std::vector<int64_t> v);
   NodeBuilder& integer(int64_t v);
+  // Sizes, strides and offsets: part of the graph's size pattern, not of
+  // its structural hash (see ir::Attr::symbolic).
+  NodeBuilder& sym_ints(std::vector<int64_t> v);
+  NodeBuilder& sym_integer(int64_t v);
   NodeBuilder& none();
   NodeBuilder& runtime(ir::Attr a);
   NodeBuilder& runtime_list(std::vector<ir::Attr> as);

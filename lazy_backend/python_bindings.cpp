@@ -10,6 +10,7 @@
 #include "lazy_backend/lazy_storage.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/rng.h"
+#include "lazy_backend/compile_cache.h"
 #include "lazy_backend/sync.h"
 #include "lowering/ir/graph.h"
 
@@ -76,6 +77,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("reset_metrics", &metrics::reset);
   m.def("compile_cache_size", &compile_cache_size);
   m.def("clear_compile_cache", &clear_compile_cache);
+  m.def("compile_log", [] {
+    py::list out;
+    for (const CompileRecord& r : compile_cache().log()) {
+      py::dict d;
+      d["hash"] = r.hash;
+      d["ops"] = r.ops;
+      d["ms"] = r.ms;
+      d["reason"] = r.reason;
+      d["location"] = r.location;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("clear_compile_log", [] { compile_cache().clear_log(); });
   m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
   m.def("is_pending", &is_pending);
   m.def("python_location", &python_location);

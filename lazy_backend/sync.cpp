@@ -19,11 +19,18 @@ std::function<std::string()>& location_provider() {
   return f;
 }
 
+bool env_flag(const char* name) {
+  const char* e = std::getenv(name);
+  return e && *e && std::string(e) != "0";
+}
+
 bool debug_sync() {
-  static const bool on = [] {
-    const char* e = std::getenv("DISC_DEBUG_SYNC");
-    return e && *e && std::string(e) != "0";
-  }();
+  static const bool on = env_flag("DISC_DEBUG_SYNC");
+  return on;
+}
+
+bool debug_compile() {
+  static const bool on = env_flag("DISC_DEBUG_COMPILE");
   return on;
 }
 
@@ -71,25 +78,40 @@ void bind_results(const Pending& p, std::vector<at::Tensor>& results) {
   for (LazyStorage* s : live_storages()) s->forget_views();
 }
 
-}  // namespace
-
-void sync(const std::string& cause) {
-  const std::string where = debug_sync() ? python_location() : "";
+// Runs the pending graph; true when it had to be compiled.
+bool sync_locked(const std::string& cause, const std::string& where) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().syncs++;
   metrics::bump("sync." + cause);
   Pending pending = collect_pending();
-  if (pending.roots.empty()) return;
+  if (pending.roots.empty()) return false;
   const int64_t misses_before = metrics::counters().cache_misses;
   ir::Graph graph = build_and_hash(pending);
   Executable& exe = lookup_or_compile(graph);
   std::vector<at::Tensor> results = run(exe, graph);
   bind_results(pending, results);
+  const bool compiled = metrics::counters().cache_misses > misses_before;
   if (debug_sync()) {
     std::fprintf(stderr, "[disc] sync cause=%s at %s: %zu ops, %zu outputs, cache %s\n",
                  cause.c_str(), where.empty() ? "<C++>" : where.c_str(), graph.num_ops(),
-                 graph.outputs.size(),
-                 metrics::counters().cache_misses > misses_before ? "miss" : "hit");
+                 graph.outputs.size(), compiled ? "miss" : "hit");
+  }
+  return compiled;
+}
+
+}  // namespace
+
+void sync(const std::string& cause) {
+  const std::string where = debug_sync() ? python_location() : "";
+  if (!sync_locked(cause, where)) return;
+  // A compile is rare: say where it came from, outside the trace lock (the
+  // location needs the GIL, which another thread may hold while it waits
+  // for that lock).
+  CompileRecord r = compile_cache().locate_last(where.empty() ? python_location() : where);
+  if (debug_compile()) {
+    std::fprintf(stderr, "[disc] compile %016llx (%zu ops, %.1f ms) at %s: %s\n",
+                 static_cast<unsigned long long>(r.hash), r.ops, r.ms,
+                 r.location.empty() ? "<C++>" : r.location.c_str(), r.reason.c_str());
   }
 }
 

@@ -17,18 +17,20 @@ uint64_t bits(double d) {
 }  // namespace
 
 uint64_t Attr::hash() const {
-  uint64_t h = hash_mix(static_cast<uint64_t>(kind), static_cast<uint64_t>(i));
+  uint64_t h = hash_mix(static_cast<uint64_t>(kind) + (symbolic ? 0x100 : 0),
+                        symbolic ? 0 : static_cast<uint64_t>(i));
   h = hash_mix(h, bits(d));
   if (!s.empty()) h = hash_mix(h, hash_string(s));
   h = hash_mix(h, ints.size());
-  for (int64_t v : ints) h = hash_mix(h, static_cast<uint64_t>(v));
+  if (!symbolic)
+    for (int64_t v : ints) h = hash_mix(h, static_cast<uint64_t>(v));
   h = hash_mix(h, doubles.size());
   for (double v : doubles) h = hash_mix(h, bits(v));
   return h;
 }
 
 bool Attr::operator==(const Attr& o) const {
-  return kind == o.kind && i == o.i && bits(d) == bits(o.d) && s == o.s && ints == o.ints &&
+  return kind == o.kind && symbolic == o.symbolic && i == o.i && bits(d) == bits(o.d) && s == o.s && ints == o.ints &&
          doubles.size() == o.doubles.size() &&
          std::equal(doubles.begin(), doubles.end(), o.doubles.begin(),
                     [](double a, double b) { return bits(a) == bits(b); });

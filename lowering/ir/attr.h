@@ -20,6 +20,11 @@ struct Attr {
   std::string s;
   std::vector<int64_t> ints;
   std::vector<double> doubles;
+  // An int or int list derived from tensor sizes (a SymInt in the op's
+  // schema: view sizes, slice bounds, as_strided strides...). The structural
+  // hash leaves its values out; they enter the graph's size pattern instead,
+  // so a new batch size or sequence length does not change the hash.
+  bool symbolic = false;
 
   static Attr none() { return {}; }
   static Attr of_int(Kind k, int64_t v) { Attr a; a.kind = k; a.i = v; return a; }

@@ -1,11 +1,56 @@
 #include "lowering/ir/graph.h"
 
+#include <algorithm>
+#include <climits>
 #include <sstream>
 #include <unordered_map>
 
 #include "lowering/ir/hash.h"
 
 namespace disc::ir {
+
+namespace {
+
+// Visits every dim of the graph in a fixed order: per node, its symbolic
+// attribute values, then its output sizes.
+template <typename F>
+void for_each_dim(const Graph& g, F&& visit) {
+  for (uint32_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = *g.nodes[i].node;
+    for (uint32_t a = 0; a < n.attrs.size(); ++a) {
+      const Attr& at = n.attrs[a];
+      if (!at.symbolic) continue;
+      if (at.kind == Attr::Kind::kIntList) {
+        for (uint32_t k = 0; k < at.ints.size(); ++k) visit(DimSite{i, true, a, k}, at.ints[k]);
+      } else {
+        visit(DimSite{i, true, a, 0}, at.i);
+      }
+    }
+    for (uint32_t o = 0; o < n.outputs.size(); ++o) {
+      const std::vector<int64_t>& sizes = n.outputs[o].sizes;
+      for (uint32_t d = 0; d < sizes.size(); ++d) visit(DimSite{i, false, o, d}, sizes[d]);
+    }
+  }
+}
+
+std::vector<int32_t> size_pattern(const std::vector<int64_t>& dims) {
+  std::vector<int32_t> pattern;
+  pattern.reserve(dims.size());
+  // Graphs hold few distinct sizes: a linear scan beats hashing here.
+  std::vector<int64_t> symbols;
+  for (int64_t v : dims) {
+    if (v < kFirstSymbol) {
+      pattern.push_back(static_cast<int32_t>(std::max<int64_t>(v, INT32_MIN)));
+      continue;
+    }
+    auto it = std::find(symbols.begin(), symbols.end(), v);
+    if (it == symbols.end()) it = symbols.insert(symbols.end(), v);
+    pattern.push_back(kFirstSymbol + static_cast<int32_t>(it - symbols.begin()));
+  }
+  return pattern;
+}
+
+}  // namespace
 
 Graph build_graph(const std::vector<Value>& roots) {
   Graph g;
@@ -48,8 +93,36 @@ Graph build_graph(const std::vector<Value>& roots) {
     g.outputs.push_back(r);
     h = hash_mix(hash_mix(h, r.node), r.index);
   }
+  g.structure_hash = h;
+  for_each_dim(g, [&g](const DimSite&, int64_t v) { g.dims.push_back(v); });
+  g.pattern = size_pattern(g.dims);
+  for (int32_t c : g.pattern) h = hash_mix(h, static_cast<uint64_t>(static_cast<int64_t>(c)));
   g.hash = h;
   return g;
+}
+
+DimSite Graph::site(size_t k) const {
+  DimSite found{0, false, 0, 0};
+  size_t i = 0;
+  for_each_dim(*this, [&](const DimSite& s, int64_t) {
+    if (i++ == k) found = s;
+  });
+  return found;
+}
+
+std::string DimSite::to_string(const Graph& g) const {
+  const Node& n = *g.nodes[node].node;
+  std::ostringstream os;
+  if (is_attr) {
+    os << "element " << pos << " of attribute " << which << " of %" << node << " ("
+       << op_name(n.op) << ")";
+  } else {
+    os << "dim " << pos << " of %" << node << (n.is_data() ? " (input " : " (")
+       << (n.is_data() ? std::to_string(g.nodes[node].param) : op_name(n.op));
+    if (n.outputs.size() > 1) os << ", output " << which;
+    os << ": " << n.outputs[which].to_string() << ")";
+  }
+  return os.str();
 }
 
 std::string Graph::to_string() const {

@@ -24,19 +24,42 @@ struct GraphNode {
   int32_t param = -1;  // parameter index for data leaves
 };
 
+// Where one entry of Graph::dims comes from.
+struct DimSite {
+  uint32_t node;     // index into Graph::nodes
+  bool is_attr;      // a symbolic attribute value, else an output size
+  uint32_t which;    // attrs index, or output index
+  uint32_t pos;      // element of the int list, or dim of the output
+  std::string to_string(const struct Graph& g) const;
+};
+
+// The size pattern codes each dim: sizes <= 1 (and the negative markers of
+// view / slice) stand for themselves, because broadcasting and empty
+// tensors change what a kernel does; any other size becomes a symbol,
+// numbered by first appearance. Two graphs with equal structure and equal
+// patterns differ only in the values of their symbols, which every kernel
+// takes at run time: that equality is the cache's guard.
+constexpr int32_t kFirstSymbol = 2;
+
 struct Graph {
   std::vector<GraphNode> nodes;   // post-order: inputs before users
   std::vector<uint32_t> params;   // node indices of data leaves
   std::vector<GraphRef> outputs;  // one per requested root, deduplicated
-  uint64_t hash = 0;
+  std::vector<int64_t> dims;      // every size and symbolic attr value, in walk order
+  std::vector<int32_t> pattern;   // dims as literals or symbols (>= kFirstSymbol)
+  uint64_t structure_hash = 0;    // ops, attributes, dtypes, ranks, edges
+  uint64_t hash = 0;              // structure_hash + pattern: the cache key
 
   size_t num_ops() const { return nodes.size() - params.size(); }
   std::string to_string() const;
+  // Which node, output or attribute dims[k] belongs to.
+  DimSite site(size_t k) const;
 };
 
 // Builds the graph that computes `roots` (duplicates are kept as separate
 // outputs referring to the same GraphRef). Hashes structure, attributes,
-// dtypes and shapes; runtime scalar values and data contents are excluded.
+// dtypes, ranks and the size pattern; concrete sizes, runtime scalar values
+// and data contents are excluded.
 Graph build_graph(const std::vector<Value>& roots);
 
 }  // namespace disc::ir

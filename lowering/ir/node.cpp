@@ -87,8 +87,7 @@ void Node::finalize() {
   }
   for (const TensorType& t : outputs) {
     h = hash_mix(h, static_cast<uint64_t>(t.dtype) + (t.undefined ? 0x100 : 0));
-    h = hash_mix(h, t.sizes.size());
-    for (int64_t s : t.sizes) h = hash_mix(h, static_cast<uint64_t>(s));
+    h = hash_mix(h, t.sizes.size());  // the rank; sizes go to the graph's size pattern
   }
   h = hash_mix(h, num_returns);
   for (uint32_t m : mutated) h = hash_mix(h, m);

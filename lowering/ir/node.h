@@ -74,7 +74,8 @@ struct Node {
   std::vector<uint32_t> mutated;   // indices into inputs the op writes in place
   int32_t rng_runtime = -1;        // index of (seed, offset) in runtime, or -1
   std::shared_ptr<Payload> payload;  // leaves only
-  uint64_t local_hash = 0;         // op + operands + output types, no inputs
+  uint64_t local_hash = 0;         // op, operands, output dtypes and ranks; no
+                                   // inputs, no sizes (see Graph::pattern)
 
   Node() = default;
   ~Node();  // iterative: a long trace chain must not recurse per node

@@ -29,7 +29,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 _install_optimizer_hook()
 _install_printing()
 
-__all__ = ["sync", "mark_step", "metrics", "graph_text"]
+__all__ = ["sync", "mark_step", "metrics", "graph_text", "explain", "compile_log"]
 
 
 def sync(cause: str = "user") -> None:
@@ -47,3 +47,34 @@ mark_step = sync
 def graph_text(*tensors: torch.Tensor) -> str:
     """The IR of the pending graph that computes ``tensors`` (for debugging)."""
     return _C.graph_text(list(tensors))
+
+
+def compile_log() -> list:
+    """Every compile since the log was last cleared, oldest first: one dict
+    per compile with ``hash``, ``ops``, ``ms``, ``reason`` (why the cache
+    missed) and ``location`` (the Python line whose sync compiled it)."""
+    return _C.compile_log()
+
+
+def explain(clear: bool = False) -> str:
+    """Why each graph was compiled, one paragraph per compile::
+
+        >>> print(torch_disc.explain())
+        2 compiles
+        #1 graph 3f2a... (41 ops, 12.3 ms) at train.py:40 (train_step)
+           first graph: the cache is empty
+        #2 graph 9c1e... (41 ops, 10.8 ms) at train.py:40 (train_step)
+           same structure as graph 3f2a..., other sizes: dim 0 of %0 (input 0: ...) is 1, was 32 ...
+
+    ``clear=True`` empties the log afterwards. ``DISC_DEBUG_COMPILE=1``
+    prints the same lines as compiles happen.
+    """
+    log = _C.compile_log()
+    lines = [f"{len(log)} compile{'s' if len(log) != 1 else ''}"]
+    for k, r in enumerate(log, 1):
+        where = r["location"] or "<C++>"
+        lines.append(f"#{k} graph {r['hash']:016x} ({r['ops']} ops, {r['ms']:.1f} ms) at {where}")
+        lines.append(f"   {r['reason']}")
+    if clear:
+        _C.clear_compile_log()
+    return "\n".join(lines)
