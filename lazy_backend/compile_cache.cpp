@@ -14,20 +14,23 @@ namespace disc {
 
 namespace {
 
-// Runs the compiler pipeline on a new graph and counts its plan. A failure
-// is counted and warned once per pass, never fatal: the graph then runs on
-// the reference executor.
+// Counts a compiled graph's plan and the time of each pass.
+void count_plan(const lowering::CompileResult& r) {
+  const lowering::Program& p = r.program;
+  for (const lowering::FusionGroup& g : p.groups)
+    metrics::bump(std::string("planned.") + lowering::fusion_kind_name(g.kind));
+  metrics::bump("planned.library_calls", static_cast<int64_t>(p.library_calls()));
+  metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
+  for (const lowering::PassTiming& t : r.timings)
+    metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));
+}
+
+// Runs the compiler pipeline on a new graph. A failure is counted and
+// warned once per pass, never fatal: the graph then runs on the reference
+// executor.
 std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
   try {
-    lowering::CompileResult r = lowering::compile(graph);
-    const lowering::Program& p = r.program;
-    for (const lowering::FusionGroup& g : p.groups)
-      metrics::bump(std::string("planned.") + lowering::fusion_kind_name(g.kind));
-    metrics::bump("planned.library_calls", static_cast<int64_t>(p.library_calls()));
-    metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
-    for (const lowering::PassTiming& t : r.timings)
-      metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));
-    return r;
+    return lowering::compile(graph);
   } catch (const lowering::CompileError& e) {
     metrics::bump("compile_failures");
     static std::mutex mu;
@@ -51,8 +54,17 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
       return *e.executable;
     }
   }
-  *hit = false;
   const auto start = std::chrono::steady_clock::now();
+  std::optional<lowering::CompileResult> r = plan(graph);
+  const uint64_t signature = r ? r->program.signature() : 0;
+  if (const Entry* same = same_plan(graph, signature)) {
+    metrics::bump("cache_revalidated");
+    *hit = true;
+    bucket.push_back({GraphKey::of(graph), signature, same->executable});
+    return *bucket.back().executable;
+  }
+  *hit = false;
+  if (r) count_plan(*r);
   CompileRecord record;
   record.hash = graph.hash;
   record.ops = graph.num_ops();
@@ -62,13 +74,22 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
       for (const Entry& e : b) cached.push_back(&e.key);
     record.reason = explain_miss(graph, cached);
   }
-  std::optional<lowering::CompileResult> r = plan(graph);
-  Entry e{GraphKey::of(graph), executor.compile(graph, r ? &r->program : nullptr)};
+  Entry e{GraphKey::of(graph), signature, executor.compile(graph, r ? &r->program : nullptr)};
   record.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_.push_back(std::move(record));
   ++size_;
   bucket.push_back(std::move(e));
   return *bucket.back().executable;
+}
+
+const CompileCache::Entry* CompileCache::same_plan(const ir::Graph& graph,
+                                                   uint64_t signature) const {
+  for (const auto& [h, bucket] : entries_)
+    for (const Entry& e : bucket)
+      if (e.key.structure_hash == graph.structure_hash && e.plan_signature == signature &&
+          e.key.node_hashes.size() == graph.nodes.size())
+        return &e;
+  return nullptr;
 }
 
 void CompileCache::clear() {

@@ -1,6 +1,10 @@
 // Compiled graphs keyed by the graph's structural hash (structure + size
 // pattern, not concrete sizes): one executable serves every batch size and
-// sequence length with the same pattern. Each miss is explained and logged.
+// sequence length with the same pattern. A new pattern of a known structure
+// (a sequence length that happens to equal a model dim) is planned again,
+// which takes a millisecond; when the plan comes out the same, the cached
+// executable is reused ("revalidated") instead of compiled. Each compile is
+// explained and logged.
 #pragma once
 #include <memory>
 #include <mutex>
@@ -39,8 +43,12 @@ class CompileCache {
  private:
   struct Entry {
     GraphKey key;
-    std::unique_ptr<Executable> executable;
+    uint64_t plan_signature;  // 0 when the pipeline failed
+    std::shared_ptr<Executable> executable;
   };
+  // An entry of the same structure whose plan is `signature`: its
+  // executable serves `graph` too (see Program::signature).
+  const Entry* same_plan(const ir::Graph& graph, uint64_t signature) const;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::vector<Entry>> entries_;  // by hash; a vector for collisions
   size_t size_ = 0;

@@ -45,12 +45,12 @@ at::Tensor view(const at::Tensor& self, at::IntArrayRef size) {
   at::Tensor out = at::native::view(self, size);
   // Replayed as reshape: the CPU value of `self` may be laid out differently
   // from the disc tensor's strides, and reshape accepts any layout.
-  return recorded(out, self, "aten::reshape", [&](NodeBuilder& b) { b.ints(out.sizes().vec()); });
+  return recorded(out, self, "aten::reshape", [&](NodeBuilder& b) { b.sym_ints(out.sizes().vec()); });
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
   at::Tensor out = at::native::_reshape_alias(self, size, stride);
-  return recorded(out, self, "aten::reshape", [&](NodeBuilder& b) { b.ints(out.sizes().vec()); });
+  return recorded(out, self, "aten::reshape", [&](NodeBuilder& b) { b.sym_ints(out.sizes().vec()); });
 }
 
 at::Tensor transpose(const at::Tensor& self, int64_t d0, int64_t d1) {
@@ -66,7 +66,7 @@ at::Tensor permute(const at::Tensor& self, at::IntArrayRef dims) {
 at::Tensor expand(const at::Tensor& self, at::IntArrayRef size, bool implicit) {
   at::Tensor out = at::native::expand(self, size, implicit);
   return recorded(out, self, "aten::expand", [&](NodeBuilder& b) {
-    b.ints(out.sizes().vec()).attr(Attr::of_int(Attr::Kind::kBool, implicit));
+    b.sym_ints(out.sizes().vec()).attr(Attr::of_int(Attr::Kind::kBool, implicit));
   });
 }
 
@@ -91,7 +91,7 @@ at::Tensor squeeze_all(const at::Tensor& self) {
 
 at::Tensor select(const at::Tensor& self, int64_t dim, int64_t index) {
   return recorded(at::native::select_symint(self, dim, index), self, "aten::select.int",
-                  [&](NodeBuilder& b) { b.integer(dim).integer(index); });
+                  [&](NodeBuilder& b) { b.integer(dim).sym_integer(index); });
 }
 
 at::Tensor slice(const at::Tensor& self, int64_t dim, std::optional<int64_t> start,
@@ -99,8 +99,8 @@ at::Tensor slice(const at::Tensor& self, int64_t dim, std::optional<int64_t> sta
   return recorded(at::native::slice(self, dim, start, end, step), self, "aten::slice.Tensor",
                   [&](NodeBuilder& b) {
                     b.integer(dim);
-                    start ? b.integer(*start) : b.none();
-                    end ? b.integer(*end) : b.none();
+                    start ? b.sym_integer(*start) : b.none();
+                    end ? b.sym_integer(*end) : b.none();
                     b.integer(step);
                   });
 }

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "lowering/ir/hash.h"
+
 namespace disc::lowering {
 
 const char* fusion_kind_name(FusionKind k) {
@@ -54,6 +56,34 @@ size_t Program::unfused_ops() const {
   for (const ProgramOp& op : ops)
     n += !op.erased && op.group < 0 && op.cls != OpClass::kData && op.cls != OpClass::kLibrary;
   return n;
+}
+
+uint64_t Program::signature() const {
+  using ir::hash_mix;
+  uint64_t h = hash_mix(0x51a, ops.size());
+  for (const ProgramOp& op : ops) {
+    h = hash_mix(h, (op.erased ? 1u : 0u) | (static_cast<uint64_t>(op.cls) << 1) |
+                        (static_cast<uint64_t>(op.group + 1) << 8));
+    for (const ir::GraphRef& r : op.inputs) h = hash_mix(hash_mix(h, r.node), r.index);
+    for (const auto& out : op.dims) {
+      h = hash_mix(h, out.size());
+      for (uint32_t s : out) h = hash_mix(h, s);
+    }
+  }
+  for (const ir::GraphRef& r : outputs) h = hash_mix(hash_mix(h, r.node), r.index);
+  h = hash_mix(h, num_symbols);
+  for (const ProductConstraint& c : products) {
+    h = hash_mix(h, c.lhs.size());
+    for (uint32_t s : c.lhs) h = hash_mix(h, s);
+    h = hash_mix(h, c.rhs.size());
+    for (uint32_t s : c.rhs) h = hash_mix(h, s);
+  }
+  for (const FusionGroup& g : groups) {
+    h = hash_mix(h, static_cast<uint64_t>(g.kind));
+    h = hash_mix(h, g.ops.size());
+    for (uint32_t o : g.ops) h = hash_mix(h, o);
+  }
+  return h;
 }
 
 std::string Program::to_string() const {

@@ -59,6 +59,10 @@ struct Program {
   size_t library_calls() const;
   size_t unfused_ops() const;  // live ops outside groups that are not data or library
   std::string to_string() const;
+  // Hash of every decision the passes made: erased ops, rewired inputs,
+  // symbols, products and groups. Two graphs of one structure whose plans
+  // have equal signatures run the same code (sizes are kernel arguments).
+  uint64_t signature() const;
 };
 
 Program make_program(const ir::Graph& graph);

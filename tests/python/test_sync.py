@@ -231,16 +231,17 @@ def test_mlp_training_step_plan_is_pinned(counters):
     assert planned == {"kLoop": 8, "kInput": 2, "kStitch": 2, "library_calls": 5}
 
 
-def test_returning_to_an_earlier_shape_reuses_its_graph(counters):
-    # A persistent buffer sliced to each step's length (position ids): after a
-    # step with another length, the earlier length's graph is hit again.
+def test_sliced_buffer_reuses_one_graph_for_every_length(counters):
+    # A persistent buffer sliced to each step's length (position ids): the
+    # slice bound is symbolic, so every length, new or earlier, hits the
+    # first step's graph.
     emb = torch.nn.Embedding(16, 4).to("disc")
     ids = torch.arange(16).expand(1, -1).contiguous().to("disc")
     opt = torch.optim.SGD(emb.parameters(), lr=0.1)
     torch_disc.sync()
     torch_disc.metrics.reset()
-    for length in [5, 5, 9, 5, 9]:
+    for length in [5, 5, 9, 5, 9, 12]:
         emb(ids[:, :length]).sum().backward()
         opt.step()
         opt.zero_grad()
-    assert counters()["compiles"] == 2
+    assert counters()["compiles"] == 1
