@@ -8,6 +8,7 @@
 #include <set>
 
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/persistent_cache.h"
 #include "lowering/pipeline.h"
 
 namespace disc {
@@ -63,7 +64,14 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
     bucket.push_back({GraphKey::of(graph), signature, same->executable});
     return *bucket.back().executable;
   }
-  *hit = false;
+  // Compiled by an earlier process: its kernels come from disk.
+  *hit = graph_known(graph, signature);
+  if (*hit) {
+    bucket.push_back({GraphKey::of(graph), signature,
+                      executor.compile(graph, r ? &r->program : nullptr)});
+    ++size_;
+    return *bucket.back().executable;
+  }
   if (r) count_plan(*r);
   CompileRecord record;
   record.hash = graph.hash;
@@ -77,6 +85,7 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
   Entry e{GraphKey::of(graph), signature, executor.compile(graph, r ? &r->program : nullptr)};
   record.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_.push_back(std::move(record));
+  remember_graph(graph, signature);
   ++size_;
   bucket.push_back(std::move(e));
   return *bucket.back().executable;

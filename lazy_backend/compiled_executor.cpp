@@ -16,6 +16,7 @@
 
 #include "lazy_backend/executor.h"
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/persistent_cache.h"
 #include "lazy_backend/replay.h"
 #include "lazy_backend/tensor_data.h"
 #include "lowering/codegen/loop_kernel.h"
@@ -32,11 +33,13 @@ constexpr size_t kMinFusedOps = 2;
 
 struct Kernel {
   lowering::LoopKernel spec;
-  std::shared_ptr<runtime::JitModule> jit;
+  std::shared_ptr<runtime::JitModule> jit;  // owns the code behind `fn`
+  runtime::PackedFn fn;                     // resolved once, not per launch
 };
 
 // JIT modules by kernel text: a kernel is compiled once per process, however
-// many graphs contain it (an LLVM -O3 compile costs tens of milliseconds).
+// many graphs contain it (an LLVM -O3 compile costs tens of milliseconds),
+// and once per machine when the persistent cache is on.
 std::shared_ptr<runtime::JitModule> jit_compile(const std::string& mlir, std::string* llvm_ir) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<runtime::JitModule>> cache;
@@ -46,7 +49,13 @@ std::shared_ptr<runtime::JitModule> jit_compile(const std::string& mlir, std::st
     metrics::bump("kernel_cache_hits");
     return it->second;
   }
-  std::shared_ptr<runtime::JitModule> jit = runtime::JitModule::compile(mlir, llvm_ir);
+  if (!llvm_ir) {  // a dump wants the LLVM IR, which only a compile makes
+    if (std::shared_ptr<runtime::JitModule> jit = load_kernel(mlir)) return cache[mlir] = jit;
+  }
+  std::string object;
+  std::shared_ptr<runtime::JitModule> jit =
+      runtime::JitModule::compile(mlir, llvm_ir, persistent_cache_enabled() ? &object : nullptr);
+  store_kernel(mlir, object);
   cache[mlir] = jit;
   metrics::bump("kernels_jitted");
   return jit;
@@ -95,7 +104,8 @@ class CompiledExecutable final : public Executable {
       auto jit = jit_compile(spec->mlir, std::getenv("DISC_DUMP_IR") ? &llvm_ir : nullptr);
       dump_kernel(g, *spec, llvm_ir);
       kernel_of_group[gi] = static_cast<int32_t>(kernels_.size());
-      kernels_.push_back({std::move(*spec), std::move(jit)});
+      runtime::PackedFn fn = jit->lookup(spec->name);
+      kernels_.push_back({std::move(*spec), std::move(jit), fn});
     }
     metrics::bump("kernels_compiled", static_cast<int64_t>(kernels_.size()));
     schedule(kernel_of_group);
@@ -225,7 +235,7 @@ class CompiledExecutable final : public Executable {
         int64_t b = begin, e = end;
         args.push_back(&b);
         args.push_back(&e);
-        k.jit->invoke_packed(spec.name, args);
+        k.fn(args.data());
       });
     }
     for (size_t j = 0; j < spec.outputs.size(); ++j) values[spec.outputs[j]] = {outputs[j]};

@@ -1,9 +1,22 @@
 #include "runtime/mlir_jit.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <algorithm>
 #include <stdexcept>
 
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/IR/LLVMContext.h"
+#include "llvm/Support/Host.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -35,7 +48,8 @@ namespace disc::runtime {
 
 struct JitModule::Impl {
   mlir::MLIRContext context;
-  std::unique_ptr<mlir::ExecutionEngine> engine;
+  std::unique_ptr<mlir::ExecutionEngine> engine;  // made by compile()
+  std::unique_ptr<llvm::orc::LLJIT> linked;       // made by load()
 };
 
 namespace {
@@ -62,12 +76,56 @@ void add_lowering(mlir::PassManager& pm) {
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
 }
 
+std::string error_text(llvm::Error err) {
+  std::string msg;
+  llvm::raw_string_ostream os(msg);
+  os << err;
+  return os.str();
+}
+
+// The object file the engine compiled, via a private temporary file (the
+// engine only writes objects to files).
+std::string dump_object(mlir::ExecutionEngine& engine) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = "/tmp/disc_object." + std::to_string(getpid()) + "." +
+                          std::to_string(counter++) + ".o";
+  engine.dumpToObjectFile(tmp);
+  std::ifstream f(tmp, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << f.rdbuf();
+  std::remove(tmp.c_str());
+  return bytes.str();
+}
+
+std::string first_function(mlir::ModuleOp module) {
+  std::string name;
+  module.walk([&](mlir::func::FuncOp f) {
+    if (name.empty()) name = f.getName().str();
+  });
+  return name;
+}
+
 }  // namespace
 
 JitModule::JitModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 JitModule::~JitModule() = default;
 
-std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std::string* llvm_ir) {
+std::string host_target() {
+  std::string s = "llvm-" LLVM_VERSION_STRING "/" + llvm::sys::getProcessTriple() + "/" +
+                  llvm::sys::getHostCPUName().str();
+  llvm::StringMap<bool> features;
+  if (llvm::sys::getHostCPUFeatures(features)) {
+    std::vector<std::string> on;
+    for (const auto& f : features)
+      if (f.getValue()) on.push_back(f.getKey().str());
+    std::sort(on.begin(), on.end());
+    for (const std::string& f : on) s += "," + f;
+  }
+  return s;
+}
+
+std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std::string* llvm_ir,
+                                              std::string* object) {
   init_llvm_once();
   auto impl = std::make_unique<Impl>();
   mlir::MLIRContext& ctx = impl->context;
@@ -88,6 +146,7 @@ std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std:
   });
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(mlir_text, &ctx);
   if (!module) throw std::runtime_error("mlir parse failed: " + diag_os.str());
+  const std::string entry = first_function(*module);  // before func.func becomes llvm.func
   mlir::PassManager pm(&ctx);
   add_lowering(pm);
   if (mlir::failed(pm.run(*module))) throw std::runtime_error("mlir lowering failed: " + diag_os.str());
@@ -95,14 +154,16 @@ std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std:
   auto optimize = mlir::makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, nullptr);
   mlir::ExecutionEngineOptions options;
   options.transformer = optimize;
+  options.enableObjectCache = object != nullptr;
   auto engine = mlir::ExecutionEngine::create(*module, options);
-  if (!engine) {
-    std::string msg;
-    llvm::raw_string_ostream os(msg);
-    os << engine.takeError();
-    throw std::runtime_error("mlir jit failed: " + os.str());
-  }
+  if (!engine) throw std::runtime_error("mlir jit failed: " + error_text(engine.takeError()));
   impl->engine = std::move(*engine);
+  if (object) {
+    // Code is generated on the first lookup; only then is there an object.
+    auto fn = impl->engine->lookupPacked(entry);
+    if (!fn) throw std::runtime_error("mlir jit failed: " + error_text(fn.takeError()));
+    *object = dump_object(*impl->engine);
+  }
   if (llvm_ir) {
     llvm::LLVMContext llvm_ctx;
     auto llvm_module = mlir::translateModuleToLLVMIR(*module, llvm_ctx);
@@ -112,14 +173,36 @@ std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std:
   return std::unique_ptr<JitModule>(new JitModule(std::move(impl)));
 }
 
-void JitModule::invoke_packed(const std::string& fn, std::vector<void*>& args) const {
-  llvm::Error err = impl_->engine->invokePacked(fn, args);
-  if (err) {
-    std::string msg;
-    llvm::raw_string_ostream os(msg);
-    os << err;
-    throw std::runtime_error("mlir invoke failed: " + os.str());
+std::unique_ptr<JitModule> JitModule::load(const std::string& object) {
+  init_llvm_once();
+  auto impl = std::make_unique<Impl>();
+  auto jit = llvm::orc::LLJITBuilder().create();
+  if (!jit) throw std::runtime_error("object load failed: " + error_text(jit.takeError()));
+  // libm and the C runtime (expf, tanhf, memcpy...) come from this process.
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      (*jit)->getDataLayout().getGlobalPrefix());
+  if (!process) throw std::runtime_error("object load failed: " + error_text(process.takeError()));
+  (*jit)->getMainJITDylib().addGenerator(std::move(*process));
+  if (llvm::Error err = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object)))
+    throw std::runtime_error("object load failed: " + error_text(std::move(err)));
+  impl->linked = std::move(*jit);
+  return std::unique_ptr<JitModule>(new JitModule(std::move(impl)));
+}
+
+PackedFn JitModule::lookup(const std::string& fn) const {
+  if (impl_->engine) {
+    auto f = impl_->engine->lookupPacked(fn);
+    if (!f) throw std::runtime_error("mlir lookup failed: " + error_text(f.takeError()));
+    return *f;
   }
+  // The engine names the packed wrapper of `fn` "_mlir_<fn>".
+  auto addr = impl_->linked->lookup("_mlir_" + fn);
+  if (!addr) throw std::runtime_error("object lookup failed: " + error_text(addr.takeError()));
+  return addr->toPtr<PackedFn>();
+}
+
+void JitModule::invoke_packed(const std::string& fn, std::vector<void*>& args) const {
+  lookup(fn)(args.data());
 }
 
 }  // namespace disc::runtime

@@ -7,18 +7,28 @@
 
 namespace disc::runtime {
 
+// The packed-argument convention: args[k] points to the k-th argument after
+// memref expansion (allocated, aligned, offset, size, stride for each 1-D
+// memref).
+using PackedFn = void (*)(void**);
+
 class JitModule {
  public:
   // Parses `mlir_text`, lowers it to the LLVM dialect and JIT-compiles it.
-  // With a non-null `llvm_ir`, stores the generated LLVM IR there.
-  // Throws std::runtime_error with the MLIR diagnostic on failure.
+  // With a non-null `llvm_ir`, stores the generated LLVM IR there; with a
+  // non-null `object`, the native object file (for load(), in a later
+  // process). Throws std::runtime_error with the MLIR diagnostic on failure.
   static std::unique_ptr<JitModule> compile(const std::string& mlir_text,
-                                            std::string* llvm_ir = nullptr);
+                                            std::string* llvm_ir = nullptr,
+                                            std::string* object = nullptr);
+  // Links an object file made by compile() on a machine of the same kind
+  // (see host_target()); no LLVM optimization or codegen runs.
+  static std::unique_ptr<JitModule> load(const std::string& object);
   ~JitModule();
 
-  // Calls `fn` with the packed-argument convention: args[k] points to the
-  // k-th argument after memref expansion (allocated, aligned, offset, size,
-  // stride for each 1-D memref).
+  // The packed entry point of function `fn`; throws when there is none.
+  PackedFn lookup(const std::string& fn) const;
+  // lookup(fn)(args.data()).
   void invoke_packed(const std::string& fn, std::vector<void*>& args) const;
 
  private:
@@ -26,6 +36,10 @@ class JitModule {
   explicit JitModule(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The host CPU and its features, and the LLVM version: what object files
+// from compile() depend on besides their MLIR text.
+std::string host_target();
 
 // A 1-D strided memref descriptor as MLIR lays it out.
 template <typename T>

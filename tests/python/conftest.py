@@ -10,6 +10,11 @@ for path in (os.path.join(ROOT, "python"), ROOT):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+# Compile counts pinned by tests must not depend on what earlier runs left
+# in ~/.cache/torch_disc: the persistent cache is off here, and
+# test_persistent_cache.py turns it on in subprocesses with their own dirs.
+os.environ["DISC_PERSISTENT_CACHE"] = "0"
+
 import torch_disc  # noqa: E402
 
 
