@@ -5,6 +5,7 @@
 #include <ATen/Tensor.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lowering/ir/graph.h"
@@ -35,5 +36,8 @@ Executor& reference_executor();
 Executor& compiled_executor();
 // Chosen by DISC_EXECUTOR: "compiled" (default) or "reference".
 Executor& active_executor();
+// Switches executors (tests comparing the two). Graphs already compiled
+// keep their executor: clear the compile cache as well.
+void set_active_executor(const std::string& name);
 
 }  // namespace disc

@@ -11,6 +11,7 @@
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/rng.h"
 #include "lazy_backend/compile_cache.h"
+#include "lazy_backend/executor.h"
 #include "lazy_backend/sync.h"
 #include "lowering/ir/graph.h"
 
@@ -90,6 +91,10 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  m.def("set_executor", [](const std::string& name) {
+    set_active_executor(name);
+    clear_compile_cache();
+  }, "Runs new graphs on 'compiled' or 'reference'; clears the compile cache");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
   m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
   m.def("is_pending", &is_pending);

@@ -5,6 +5,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -64,15 +65,26 @@ Executor& reference_executor() {
   return e;
 }
 
-Executor& active_executor() {
-  static Executor* chosen = [] {
-    const char* env = std::getenv("DISC_EXECUTOR");
-    std::string want = env && *env ? env : "compiled";
-    TORCH_CHECK(want == "reference" || want == "compiled", "disc: DISC_EXECUTOR=", want,
-                " is unknown (known: compiled, reference)");
-    return want == "reference" ? &reference_executor() : &compiled_executor();
-  }();
-  return *chosen;
+namespace {
+
+Executor* executor_named(const std::string& name) {
+  TORCH_CHECK(name == "reference" || name == "compiled", "disc: executor '", name,
+              "' is unknown (known: compiled, reference)");
+  return name == "reference" ? &reference_executor() : &compiled_executor();
 }
+
+std::atomic<Executor*>& chosen_executor() {
+  static std::atomic<Executor*> chosen{[] {
+    const char* env = std::getenv("DISC_EXECUTOR");
+    return executor_named(env && *env ? env : "compiled");
+  }()};
+  return chosen;
+}
+
+}  // namespace
+
+Executor& active_executor() { return *chosen_executor().load(); }
+
+void set_active_executor(const std::string& name) { chosen_executor() = executor_named(name); }
 
 }  // namespace disc
