@@ -240,13 +240,23 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorVector()) check_device(t, name);
   }
+  // Shapes: by exact key, else by size pattern (a new length), else from
+  // the Meta kernel, learning both keys.
   std::optional<ShapeKey> key = shape_key(op, args);
   const MetaResult* cached = key ? lookup_shapes(*key) : nullptr;
   MetaResult inferred;
   if (!cached) {
-    std::optional<MetaResult> r = infer_shapes(op, name, args);
-    if (!r) return cpu_fallback(op, stack, "no meta kernel");
-    inferred = std::move(*r);
+    if (std::optional<MetaResult> r = lookup_symbolic_shapes(op, args)) {
+      inferred = std::move(*r);
+      metrics::bump("shape_cache.symbolic_hits");
+    } else {
+      r = infer_shapes(op, name, args);
+      if (!r) return cpu_fallback(op, stack, "no meta kernel");
+      inferred = std::move(*r);
+      remember_symbolic_shapes(op, args, inferred);
+      metrics::bump("shape_cache.meta_runs");
+      metrics::bump("shape_cache.meta_runs." + name);
+    }
     if (key) remember_shapes(std::move(*key), inferred);
   }
   const std::vector<at::Tensor>& fresh = cached ? cached->fresh : inferred.fresh;

@@ -26,4 +26,15 @@ std::optional<ShapeKey> shape_key(const c10::OperatorHandle& op,
 const MetaResult* lookup_shapes(const ShapeKey& key);
 void remember_shapes(ShapeKey key, MetaResult result);
 
+// The same answers by size pattern: for ops whose every output dim is one
+// of their input dims or SymInt arguments (element-wise, reductions, GEMMs,
+// layer norm, embedding...), an answer learned at one batch size or sequence
+// length serves every other with the same pattern of equal sizes, so a new
+// length does not run a Meta kernel per op. Other ops (cat, conv, pooling:
+// sizes computed from several inputs) answer only by concrete key.
+std::optional<MetaResult> lookup_symbolic_shapes(const c10::OperatorHandle& op,
+                                                 c10::ArrayRef<c10::IValue> args);
+void remember_symbolic_shapes(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                              const MetaResult& result);
+
 }  // namespace disc

@@ -161,3 +161,22 @@ def test_debug_compile_prints_each_compile_with_its_line():
     assert len(lines) == 2
     assert "<string>:3" in lines[0] and "first graph" in lines[0]
     assert "<string>:4" in lines[1] and "new structure" in lines[1]
+
+
+def test_new_length_traces_without_meta_kernels(fresh_cache, counters):
+    # Shapes learned at one length answer for the next by size pattern:
+    # tracing a new length runs no Meta kernel (they cost 10-100 us per op).
+    torch.manual_seed(0)
+    model = encoder().to("disc")
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    for step, s in enumerate([9, 9, 13, 21, 30]):
+        if step == 2:
+            torch_disc.metrics.reset()
+        opt.zero_grad()
+        model(torch.randn(2, s, 32).to("disc")).pow(2).mean().backward()
+        opt.step()
+    torch_disc.sync()
+    c = counters()
+    assert c.get("shape_cache.meta_runs", 0) == 0, {k: v for k, v in c.items() if "meta_runs" in k}
+    assert c["shape_cache.symbolic_hits"] > 100
+    assert c.get("compiles", 0) == 0
