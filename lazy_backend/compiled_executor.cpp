@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <queue>
@@ -109,6 +110,7 @@ class CompiledExecutable final : public Executable {
     }
     metrics::bump("kernels_compiled", static_cast<int64_t>(kernels_.size()));
     schedule(kernel_of_group);
+    plan_in_place();
     for (const Step& s : steps_)
       replay_ops_.push_back(s.kernel < 0 && program_.ops[s.op].cls != lowering::OpClass::kData
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
@@ -133,7 +135,10 @@ class CompiledExecutable final : public Executable {
       }
       std::vector<at::Tensor> ins;
       for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
-      values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins));
+      std::vector<bool> in_place;
+      if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
+      values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
+                         in_place.empty() ? nullptr : &in_place);
       ++aten;
     }
     metrics::bump("kernels_launched", fused + aten);
@@ -181,6 +186,64 @@ class CompiledExecutable final : public Executable {
       for (size_t v : next[u])
         if (--indegree[v] == 0) ready.push({first_op[v], v});
     }
+  }
+
+  // For each op that writes inputs in place: which of those inputs it reads
+  // last (no later step, no graph output, no other operand of the same op).
+  // Their old values are dead once the op runs, so the copy that keeps them
+  // can be skipped -- an optimizer updates its parameters and state in their
+  // buffers instead of allocating and copying a second set every step.
+  void plan_in_place() {
+    std::map<std::pair<uint32_t, uint32_t>, size_t> last;  // value -> last reading step
+    auto read = [&](const ir::GraphRef& r, size_t step) { last[{r.node, r.index}] = step; };
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (steps_[s].kernel >= 0) {
+        for (const ir::GraphRef& r : kernels_[steps_[s].kernel].spec.inputs) read(r, s);
+      } else {
+        for (const ir::GraphRef& r : program_.ops[steps_[s].op].inputs) read(r, s);
+      }
+    }
+    for (const ir::GraphRef& r : program_.outputs) read(r, SIZE_MAX);
+    last_reader_.assign(steps_.size(), {});
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (steps_[s].kernel >= 0) continue;
+      const lowering::ProgramOp& op = program_.ops[steps_[s].op];
+      const std::vector<uint32_t>& mutated = op.node->mutated;
+      if (mutated.empty()) continue;
+      std::vector<bool> mine(mutated.size(), false);
+      bool any = false;
+      for (size_t j = 0; j < mutated.size(); ++j) {
+        const ir::GraphRef r = op.inputs[mutated[j]];
+        const bool once = std::count(op.inputs.begin(), op.inputs.end(), r) == 1;
+        mine[j] = once && last[{r.node, r.index}] == s;
+        any = any || mine[j];
+      }
+      if (any) last_reader_[s] = std::move(mine);
+    }
+  }
+
+  // The planned in-place writes that are safe in this run: the buffer is not
+  // shared with another tensor (a view, a CPU tensor the user holds) and, for
+  // a parameter, not still the data of a storage this sync keeps.
+  std::vector<bool> writable_in_place(size_t s, const ir::Graph& g,
+                                      const std::vector<at::Tensor>& ins) const {
+    const lowering::ProgramOp& op = program_.ops[steps_[s].op];
+    std::vector<bool> ok = last_reader_[s];
+    for (size_t j = 0; j < ok.size(); ++j) {
+      if (!ok[j]) continue;
+      const uint32_t m = g.nodes[steps_[s].op].node->mutated[j];  // program_ nodes are gone
+      const ir::GraphNode& producer = g.nodes[op.inputs[m].node];
+      const bool kept = producer.param >= 0 &&
+                        (g.pinned_params.empty() || g.pinned_params[producer.param]);
+      const at::Tensor& t = ins[m];
+      // Handles on this tensor: values[] and `ins`, and a parameter's leaf.
+      const size_t expected = producer.param >= 0 ? 3 : 2;
+      ok[j] = !kept && t.defined() && t.has_storage() && t.storage().use_count() == 1 &&
+              static_cast<size_t>(t.use_count()) == expected &&
+              !t.unsafeGetTensorImpl()->is_wrapped_number();
+      metrics::bump(ok[j] ? "inplace.writes" : "inplace.copies");
+    }
+    return ok;
   }
 
   void launch(Kernel& k, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
@@ -241,9 +304,10 @@ class CompiledExecutable final : public Executable {
     for (size_t j = 0; j < spec.outputs.size(); ++j) values[spec.outputs[j]] = {outputs[j]};
   }
 
-  Program program_;
+  Program program_;  // its node pointers die with the first graph: read nodes from `g`
   std::vector<Kernel> kernels_;
   std::vector<Step> steps_;
+  std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
 };
 

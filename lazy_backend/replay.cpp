@@ -72,10 +72,11 @@ class SeededCpuGenerator {
 }  // namespace
 
 std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
-                               std::vector<at::Tensor> ins) {
+                               std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
   if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
     ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
-  for (uint32_t m : n.mutated) ins[m] = ins[m].clone();
+  for (size_t j = 0; j < n.mutated.size(); ++j)
+    if (!in_place || !(*in_place)[j]) ins[n.mutated[j]] = ins[n.mutated[j]].clone();
 
   torch::jit::Stack stack;
   stack.reserve(n.operands.size());

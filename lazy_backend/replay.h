@@ -15,8 +15,12 @@ c10::OperatorHandle resolve_op(uint32_t op);
 
 // Runs node `n` on CPU tensors `ins` (one per node input); returns its
 // outputs: the op's fresh returns, then the new values of mutated inputs.
+// A mutated input is copied first, so its old value survives for other
+// users -- unless `in_place` lists it (by position in n.mutated): the caller
+// knows that value has no other reader.
 std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
-                               std::vector<at::Tensor> ins);
+                               std::vector<at::Tensor> ins,
+                               const std::vector<bool>* in_place = nullptr);
 
 // The CPU tensor a data leaf holds.
 at::Tensor param_tensor(const ir::Node& n);

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_set>
 
 #include "lazy_backend/compile_cache.h"
 #include "lazy_backend/executor.h"
@@ -37,6 +38,9 @@ bool debug_compile() {
 struct Pending {
   std::vector<LazyStorage*> storages;
   std::vector<ir::Value> roots;  // storages[k]'s value
+  // Data nodes that stay some storage's value after this sync: their
+  // buffers may be read later and are never updated in place.
+  std::unordered_set<const ir::Node*> kept;
 };
 
 // Every live buffer whose value is still a trace: computing them all in one
@@ -44,7 +48,10 @@ struct Pending {
 Pending collect_pending() {
   Pending p;
   for (LazyStorage* s : live_storages()) {
-    if (!s->pending()) continue;
+    if (!s->pending()) {
+      if (s->value()) p.kept.insert(s->value().node.get());
+      continue;
+    }
     p.storages.push_back(s);
     p.roots.push_back(s->value());
   }
@@ -53,7 +60,10 @@ Pending collect_pending() {
 
 ir::Graph build_and_hash(const Pending& p) {
   metrics::ScopedTimer t(metrics::counters().hash_ns);
-  return ir::build_graph(p.roots);
+  ir::Graph g = ir::build_graph(p.roots);
+  g.pinned_params.reserve(g.params.size());
+  for (uint32_t i : g.params) g.pinned_params.push_back(p.kept.count(g.nodes[i].node) > 0);
+  return g;
 }
 
 Executable& lookup_or_compile(const ir::Graph& g) {
