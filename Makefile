@@ -1,0 +1,18 @@
+# Thin wrappers; scripts/ stay the main entry points (scripts/test.sh,
+# scripts/train_mnist.sh). Run `bash scripts/setup.sh` once first.
+PYTHON ?= python3
+RUN = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONPATH=python:.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
+
+.PHONY: test sweep sweep-quick
+
+test:
+	bash scripts/test.sh
+
+# PyTorch's OpInfo samples for every op in op_db, disc vs CPU (float32):
+# the pass/fail/skip table goes to results/sweep.md. Takes a while.
+sweep:
+	$(RUN) tests/python/sweep_report.py --out results/sweep.md
+
+# The CI subset only, as a table: results/sweep-quick.md.
+sweep-quick:
+	$(RUN) tests/python/sweep_report.py --quick --out results/sweep-quick.md
