@@ -16,3 +16,13 @@ sweep:
 # The CI subset only, as a table: results/sweep-quick.md.
 sweep-quick:
 	$(RUN) tests/python/sweep_report.py --quick --out results/sweep-quick.md
+
+# Roofline + MNIST + MiniLM-L6 + dynamic-shapes benchmarks, one report:
+# results/bench.json, bench.md, bench.png (BENCH_ARGS: more options, see
+# python -m benchmarks --help). bench-quick: the same as a smoke test.
+.PHONY: bench bench-quick
+bench:
+	$(RUN) -m benchmarks $(BENCH_ARGS)
+
+bench-quick:
+	$(RUN) -m benchmarks --quick $(BENCH_ARGS)

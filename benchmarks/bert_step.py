@@ -28,8 +28,11 @@ the first (warm-up) step's time, which includes compilation, and the ratios
 ``eager time / time`` and ``inductor time / time`` (above 1: faster).
 
 disc also reports per timed step, from ``torch_disc.metrics``: compiles
-(compile-cache misses), kernel launches, graphs run, syncs and CPU fallbacks.
-For torch.compile, "compiles" counts the graphs Dynamo compiled.
+(compile-cache misses), kernel launches, graphs run, syncs, CPU fallbacks
+the tracing cost per op and the graphs the on-disk compile cache served
+(instead of compiling them).  For torch.compile, "compiles" counts the
+graphs Dynamo compiled.  Every measurement also records the peak resident
+memory of its process over it, model loading included (``benchmarks.memory``).
 
 torch.compile (inductor; ``dynamic=True`` for the variable-length parts,
 static for ``train-fixed``) runs in one subprocess with ``--compile-timeout``:
@@ -63,6 +66,7 @@ if __package__ in (None, ""):
 
 import torch
 
+from benchmarks.memory import PeakRSS
 from benchmarks.mnist_step import Unavailable, describe, fmt
 from examples.bert import finetune
 from examples.device import device_and_sync
@@ -115,7 +119,8 @@ class DiscCounters:
     """Deltas of torch_disc.metrics counters (nothing is reset)."""
 
     KEYS = ("compiles", "kernels_launched", "graphs_run", "syncs", "fallbacks",
-            "compile_ns", "compile_failures")
+            "compile_ns", "compile_failures", "trace_ns", "ops_traced",
+            "disk_cache.graph_hits")
 
     def __init__(self):
         import torch_disc
@@ -157,7 +162,15 @@ class DynamoCounters:
 
 def measure(part, backend, args):
     """Run one part on one backend ("cpu", "disc" or "compile"); returns a dict
-    with per-step times (ms) and, for disc / compile, counter deltas."""
+    with per-step times (ms), peak memory and, for disc / compile, counter
+    deltas."""
+    with PeakRSS() as mem:
+        result = _measure(part, backend, args)
+    result["memory"] = mem.as_dict()
+    return result
+
+
+def _measure(part, backend, args):
     device, sync = device_and_sync("disc" if backend == "disc" else "cpu")
     fargs = finetune.parse_args([])  # the example's defaults (lr, decay, clipping...)
     training = part != "eval"
@@ -269,7 +282,7 @@ def summarize(raw, batch_size):
         return row
     times = raw["times_ms"]
     row.update(ms=statistics.median(times), mean_ms=statistics.fmean(times),
-               first_ms=raw["first_ms"], steps=len(times))
+               first_ms=raw["first_ms"], steps=len(times), memory=raw.get("memory", {}))
     if raw["part"] == "eval":
         row["seq_per_s"] = batch_size * len(times) / (sum(times) / 1e3)
     if raw["losses"]:
@@ -286,6 +299,9 @@ def summarize(raw, batch_size):
                 graphs_per_step=c["graphs_run"] / n,
                 syncs_per_step=c["syncs"] / n,
                 compile_ms=c["compile_ns"] / 1e6,
+                disk_hits=c["disk_cache.graph_hits"] + w["disk_cache.graph_hits"],
+                trace_us_per_op=(c["trace_ns"] / 1e3 / c["ops_traced"]
+                                 if c["ops_traced"] else None),
                 fallbacks=c["fallbacks"] + w["fallbacks"],
                 fallback_ops={k: w["fallback_ops"].get(k, 0) + c["fallback_ops"].get(k, 0)
                               for k in {**w["fallback_ops"], **c["fallback_ops"]}},

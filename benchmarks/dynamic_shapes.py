@@ -53,7 +53,9 @@ padded tokens, in us); tracing + hashing cost per traced op (us), for the
 variable run also split into steps whose length is seen for the first time
 and steps that repeat a length (shape inference is memoized by concrete
 sizes, so a first-seen length traces slower).  Ratios: variable / fixed
-for the mean and median step time and per token.  The variable run's
+for the mean and median step time and per token.  Also per run: kernel
+launches per timed step (disc) and the peak resident memory of the process
+over the run (``benchmarks.memory``).  The variable run's
 ``torch_disc.explain()`` (why each compile happened) is printed and
 summarized by reason.  ``--quick``: 8 steps per run on a 2-layer, hidden-128
 model.
@@ -83,6 +85,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from benchmarks.memory import PeakRSS
+
 MIN_LENGTH = 16
 MAX_LENGTH = 128
 NUM_LABELS = 4
@@ -92,7 +96,7 @@ QUICK_STEPS = 8
 GOAL = 1.10  # variable / fixed-at-the-mean-length, per token
 COUNTER_KEYS = ("cache_misses", "cache_hits", "cache_revalidated", "compile_ns",
                 "compile_failures", "hash_ns", "trace_ns", "ops_traced", "graphs_run",
-                "syncs", "fallbacks", "disk_cache.graph_hits")
+                "syncs", "fallbacks", "disk_cache.graph_hits", "kernels_launched")
 
 
 # ---------------------------------------------------------------- model
@@ -167,8 +171,15 @@ def minus(a, b):
 
 def measure(name, lengths, args, backend="disc"):
     """Train on ``lengths`` (one batch each) on a fresh model; on disc with
-    an empty compile cache.  Returns step times and, on disc, counter deltas
-    and the compile log."""
+    an empty compile cache.  Returns step times, peak memory and, on disc,
+    counter deltas and the compile log."""
+    with PeakRSS() as mem:
+        result = _measure(name, lengths, args, backend)
+    result["memory"] = mem.as_dict()
+    return result
+
+
+def _measure(name, lengths, args, backend):
     import torch_disc
 
     disc = backend == "disc"
@@ -265,6 +276,7 @@ def summarize(raw, args):
         "us_per_token": sum(times) * 1e3 / sum(tokens),
         "last_loss": raw["losses"][-1],
         "losses_finite": all(x == x and abs(x) != float("inf") for x in raw["losses"]),
+        "memory": raw.get("memory", {}),
     }
     if raw["backend"] != "disc":
         return row
@@ -292,6 +304,7 @@ def summarize(raw, args):
         "compile_failures": total["compile_failures"],
         "fallbacks": total["fallbacks"],
         "graphs_per_step": timed["graphs_run"] / len(times),
+        "launches_per_step": timed["kernels_launched"] / len(times),
         "syncs_per_step": timed["syncs"] / len(times),
         "ops_per_step": timed["ops_traced"] / len(times),
         "trace_us_per_op": timed["trace_ns"] / 1e3 / ops,

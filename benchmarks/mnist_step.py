@@ -13,6 +13,14 @@ Tracing cost: a chain of ``y = y * 1.0001 + 0.5`` on a [16] tensor, timed
 without syncing and divided by the ``ops_traced`` counter delta (CPU eager:
 by the number of ops issued).
 
+Per step-time row, also: compiles (disc: compile-cache misses from
+``torch_disc.metrics``; torch.compile: graphs Dynamo compiled), in all and
+after the warm-up; on disc, kernel launches per timed step and the tracing
+cost per op over the timed steps (``trace_ns / ops_traced``) and the graphs
+the on-disk compile cache served instead of compiling; peak resident
+memory over the measurement (``benchmarks.memory``; for torch.compile, of its
+subprocess).  ``--quick``: a smoke test with few steps.
+
 Run from the repository root: ``python -m benchmarks`` (see ``--help``).
 """
 
@@ -35,9 +43,12 @@ if __package__ in (None, ""):
 import torch
 import torch.nn.functional as F
 
+from benchmarks.memory import PeakRSS
 from examples.mnist.train import build_model
 
 EAGER = "cpu"
+QUICK = {"steps": 3, "warmup": 2, "trace_ops": 200}
+DEFAULTS = {"steps": 20, "warmup": 5, "trace_ops": 1000}
 
 
 class Unavailable(Exception):
@@ -52,8 +63,19 @@ def describe(exc):
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:120]
 
 
-def time_steps(model_name, device, sync, steps, warmup, batch_size, compile_backend=None):
-    """Return per-step wall times in ms for ``steps`` timed training steps."""
+def dynamo_counters():
+    from torch._dynamo.utils import counters
+
+    return {"compiles": counters["stats"]["unique_graphs"]}
+
+
+def time_steps(model_name, device, sync, steps, warmup, batch_size, compile_backend=None,
+               counters=None, info=None):
+    """Return per-step wall times in ms for ``steps`` timed training steps.
+
+    With ``counters`` (a callable returning a dict of counters) and ``info``
+    (a dict), ``info`` receives the counter deltas over the whole run
+    (``"all"``) and over the timed steps (``"timed"``)."""
     torch.manual_seed(0)
     model = build_model(model_name).to(device)
     if compile_backend:
@@ -63,7 +85,10 @@ def time_steps(model_name, device, sync, steps, warmup, batch_size, compile_back
     y = torch.randint(0, 10, (batch_size,)).to(device)
     sync()
     times = []
+    first = timed = counters() if counters else None
     for i in range(warmup + steps):
+        if counters and i == warmup:
+            timed = counters()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), y)
@@ -73,11 +98,16 @@ def time_steps(model_name, device, sync, steps, warmup, batch_size, compile_back
         loss.item()  # waits until the device has really finished the step
         if i >= warmup:
             times.append((time.perf_counter() - start) * 1e3)
+    if counters and info is not None:
+        end = counters()
+        info["all"] = {k: v - first.get(k, 0) for k, v in end.items() if isinstance(v, int)}
+        info["timed"] = {k: v - timed.get(k, 0) for k, v in end.items() if isinstance(v, int)}
     return times
 
 
 def time_compiled(model_name, args):
-    """Run the torch.compile measurement in a subprocess; returns ms list."""
+    """Run the torch.compile measurement in a subprocess; returns the
+    worker's dict (``times_ms``, ``counters``, ``memory``)."""
     cmd = [sys.executable, "-m", "benchmarks.mnist_step", "--compiled-worker", model_name,
            "--compile-backend", args.compile_backend, "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
@@ -125,6 +155,18 @@ def fmt(value, spec):
     return "n/a" if value is None else format(value, spec)
 
 
+def disc_stats(info, steps):
+    """Row fields from disc counter deltas (see time_steps)."""
+    timed = info["timed"]
+    return {"compiles": info["all"].get("compiles", 0),
+            "compiles_timed": timed.get("compiles", 0),
+            "launches_per_step": timed.get("kernels_launched", 0) / steps,
+            "trace_us_per_op": (timed["trace_ns"] / 1e3 / timed["ops_traced"]
+                                if timed.get("ops_traced") else None),
+            "fallbacks": info["all"].get("fallbacks", 0),
+            "disk_hits": info["all"].get("disk_cache.graph_hits", 0)}
+
+
 def markdown(rows, trace):
     """Render the step-time and tracing-cost tables."""
     lines = ["| model | device | ms/step | speedup vs cpu eager |",
@@ -159,16 +201,26 @@ def run(args):
             row = {"model": model, "device": dev, "ms": None, "speedup": None}
             try:
                 if dev == "cpu":
-                    times = time_steps(model, "cpu", lambda: None, args.steps,
-                                       args.warmup, args.batch_size)
+                    with PeakRSS() as mem:
+                        times = time_steps(model, "cpu", lambda: None, args.steps,
+                                           args.warmup, args.batch_size)
+                    row["memory"] = mem.as_dict()
                 elif dev == "disc":
                     if disc is None:
                         raise disc_error
-                    times = time_steps(model, "disc", disc.sync, args.steps,
-                                       args.warmup, args.batch_size)
+                    info = {}
+                    with PeakRSS() as mem:
+                        times = time_steps(model, "disc", disc.sync, args.steps,
+                                           args.warmup, args.batch_size,
+                                           counters=disc.metrics.counters, info=info)
+                    row.update(disc_stats(info, args.steps), memory=mem.as_dict())
                 else:  # compiled on CPU
                     row["device"] = f"cpu+{args.compile_backend}"
-                    times = time_compiled(model, args)
+                    worker = time_compiled(model, args)
+                    times = worker["times_ms"]
+                    row.update(compiles=worker["counters"]["all"].get("compiles", 0),
+                               compiles_timed=worker["counters"]["timed"].get("compiles", 0),
+                               memory=worker["memory"])
                 row["ms"] = statistics.median(times)
             except Exception as exc:
                 row["error"] = describe(exc)
@@ -189,9 +241,17 @@ def run(args):
         except Exception as exc:
             trace["disc"] = {"error": describe(exc)}
 
+    for model in args.models:
+        group = {r["device"]: r["ms"] for r in rows if r["model"] == model}
+        compiled = group.get(f"cpu+{args.compile_backend}")
+        for row in rows:
+            if row["model"] == model:
+                row["vs_compile"] = compiled / row["ms"] if compiled and row["ms"] else None
+
     return {
         "config": {k: getattr(args, k) for k in
-                   ("steps", "warmup", "batch_size", "models", "devices", "trace_ops")},
+                   ("steps", "warmup", "batch_size", "models", "devices", "trace_ops",
+                    "compile_backend", "quick")},
         "torch": torch.__version__,
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
@@ -205,13 +265,19 @@ def parse_args(argv=None):
     p.add_argument("--models", type=lambda s: s.split(","), default=["mlp", "cnn"])
     p.add_argument("--devices", type=lambda s: s.split(","), default=["cpu", "disc", "compile"],
                    help="comma list of cpu, disc, compile (default: all)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (median)")
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"timed steps (median; default {DEFAULTS['steps']})")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"untimed steps first (default {DEFAULTS['warmup']})")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: {steps} timed steps after {warmup} warm-up, "
+                        "{trace_ops} tracing-loop iterations".format(**QUICK))
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--compile-backend", default="inductor")
     p.add_argument("--compile-timeout", type=float, default=300, help="seconds")
-    p.add_argument("--trace-ops", type=int, default=1000,
-                   help="loop iterations for the tracing-cost test (2 ops each)")
+    p.add_argument("--trace-ops", type=int, default=None,
+                   help="loop iterations for the tracing-cost test (2 ops each; "
+                        f"default {DEFAULTS['trace_ops']})")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice); fewer is "
                         "steadier on a shared machine")
@@ -221,6 +287,11 @@ def parse_args(argv=None):
     unknown = set(args.devices) - {"cpu", "disc", "compile"}
     if unknown:
         p.error(f"unknown devices: {', '.join(sorted(unknown))}")
+    for key, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.steps < 1 or args.warmup < 0 or args.trace_ops < 1:
+        p.error("--steps and --trace-ops must be >= 1, --warmup >= 0")
     return args
 
 
@@ -229,8 +300,12 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.compiled_worker:  # subprocess side of time_compiled()
-        print(json.dumps(time_steps(args.compiled_worker, "cpu", lambda: None, args.steps,
-                                    args.warmup, args.batch_size, args.compile_backend)))
+        info = {}
+        with PeakRSS() as mem:
+            times = time_steps(args.compiled_worker, "cpu", lambda: None, args.steps,
+                               args.warmup, args.batch_size, args.compile_backend,
+                               counters=dynamo_counters, info=info)
+        print(json.dumps({"times_ms": times, "counters": info, "memory": mem.as_dict()}))
         return None
     result = run(args)
     print(markdown(result["steps"], result["trace"]))
