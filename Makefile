@@ -1,7 +1,10 @@
 # Thin wrappers; scripts/ stay the main entry points (scripts/test.sh,
 # scripts/train_mnist.sh). Run `bash scripts/setup.sh` once first.
 PYTHON ?= python3
-RUN = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONPATH=python:.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
+PY_ENV = PYTHONPATH=python:.$${PYTHONPATH:+:$$PYTHONPATH}
+# Sweeps run single-threaded (many small ops); benchmarks use the machine.
+RUN = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY_ENV) $(PYTHON)
+BENCH_RUN = $(PY_ENV) $(PYTHON)
 
 .PHONY: test sweep sweep-quick
 
@@ -22,7 +25,7 @@ sweep-quick:
 # python -m benchmarks --help). bench-quick: the same as a smoke test.
 .PHONY: bench bench-quick
 bench:
-	$(RUN) -m benchmarks $(BENCH_ARGS)
+	$(BENCH_RUN) -m benchmarks $(BENCH_ARGS)
 
 bench-quick:
-	$(RUN) -m benchmarks --quick $(BENCH_ARGS)
+	$(BENCH_RUN) -m benchmarks --quick $(BENCH_ARGS)
