@@ -31,6 +31,8 @@ void count_plan(const lowering::CompileResult& r) {
 // executor.
 std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
   try {
+    if (fault_injected("pipeline"))
+      throw lowering::CompileError("fault-injection", 0, "none", "DISC_INJECT_FAULT=pipeline");
     return lowering::compile(graph);
   } catch (const lowering::CompileError& e) {
     metrics::bump("compile_failures");

@@ -317,6 +317,7 @@ class CompiledExecutor final : public Executor {
   std::unique_ptr<Executable> compile(const ir::Graph& g, const Program* plan) override {
     if (!plan) return reference_executor().compile(g, nullptr);
     try {
+      if (fault_injected("codegen")) throw std::runtime_error("DISC_INJECT_FAULT=codegen");
       return std::make_unique<CompiledExecutable>(g, *plan);
     } catch (const std::exception& e) {
       // Same results, slower: counted and said once.

@@ -40,4 +40,9 @@ Executor& active_executor();
 // keep their executor: clear the compile cache as well.
 void set_active_executor(const std::string& name);
 
+// Tests of the fallback paths: true when DISC_INJECT_FAULT names `stage`
+// ("pipeline": the compiler pipeline throws; "codegen": building the
+// compiled executable throws). Read at every compile, so a test can set it.
+bool fault_injected(const char* stage);
+
 }  // namespace disc

@@ -87,4 +87,9 @@ Executor& active_executor() { return *chosen_executor().load(); }
 
 void set_active_executor(const std::string& name) { chosen_executor() = executor_named(name); }
 
+bool fault_injected(const char* stage) {
+  const char* e = std::getenv("DISC_INJECT_FAULT");
+  return e && std::string(e) == stage;
+}
+
 }  // namespace disc

@@ -1,0 +1,68 @@
+"""Faults in the compile path: a failing compiler pipeline or codegen runs the
+graph on the reference executor (counted, warned, same results); Ctrl-C
+during a compile leaves the backend usable."""
+import _thread
+import threading
+
+import pytest
+import torch
+
+import torch_disc
+from torch_disc import _C
+
+
+def program(x):
+    return (x * 2).tanh().exp() + x.sigmoid()
+
+
+@pytest.fixture
+def inject(monkeypatch):
+    """Sets DISC_INJECT_FAULT for new compiles; forgets the failures after."""
+    def set_stage(stage):
+        _C.clear_compile_cache()
+        monkeypatch.setenv("DISC_INJECT_FAULT", stage)
+    yield set_stage
+    monkeypatch.delenv("DISC_INJECT_FAULT", raising=False)
+    _C.clear_compile_cache()
+    torch_disc.metrics.reset()  # the failures were the point
+
+
+@pytest.mark.parametrize("stage,warning", [
+    ("pipeline", "compiler pipeline failed.*fault-injection"),
+    ("codegen", "codegen failed.*DISC_INJECT_FAULT=codegen"),
+])
+def test_failing_compile_falls_back_to_the_reference_executor(inject, stage, warning, counters):
+    x = torch.randn(64, 32)
+    inject(stage)
+    with pytest.warns(UserWarning, match=warning):
+        got = program(x.to("disc")).cpu()
+    torch.testing.assert_close(got, program(x))
+    c = counters()
+    assert c["compile_failures"] == 1
+    assert c.get("launches.fused", 0) == 0  # it really ran on the reference executor
+    # The next graph (fault gone) compiles and fuses again.
+    torch.testing.assert_close(program(x.to("disc") + 1).cpu(), program(x + 1), rtol=1e-5, atol=1e-6)
+
+
+def test_keyboard_interrupt_during_a_compile_leaves_the_backend_usable():
+    _C.clear_compile_cache()
+    x = torch.randn(256, 64)
+    d = x.to("disc")
+    # A new structure: planning and LLVM take long enough for Ctrl-C to land
+    # while the sync is in C++ (it is raised when control returns to Python).
+    timer = threading.Timer(0.005, _thread.interrupt_main)
+    interrupted = False
+    timer.start()
+    try:
+        y = (d * 3).cos().exp().mul(d).tanh().sum(1)
+        y.cpu()
+        for _ in range(200):  # in case the compile finished first
+            torch_disc.sync()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        timer.cancel()
+    assert interrupted
+    torch.testing.assert_close(((d * 3).cos().exp().mul(d).tanh().sum(1)).cpu(),
+                               (x * 3).cos().exp().mul(x).tanh().sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close((d + 1).cpu(), x + 1)
