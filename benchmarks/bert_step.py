@@ -67,7 +67,7 @@ if __package__ in (None, ""):
 import torch
 
 from benchmarks.memory import PeakRSS
-from benchmarks.mnist_step import Unavailable, describe, fmt
+from benchmarks.mnist_step import Unavailable, describe, fmt, write_json
 from examples.bert import finetune
 from examples.device import device_and_sync
 
@@ -467,9 +467,7 @@ def main(argv=None):
     print(table(result["rows"]))
     print(f"\n({result['seconds']:.0f} s in all)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        write_json(args.out, result)
     return result
 
 

@@ -66,7 +66,6 @@ it after the BERT benchmark.  ``main()`` returns the figures as a dict.
 """
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -86,6 +85,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from benchmarks.memory import PeakRSS
+from benchmarks.mnist_step import write_json
 
 MIN_LENGTH = 16
 MAX_LENGTH = 128
@@ -529,9 +529,7 @@ def main(argv=None):
     print(table(result, args.explain_lines))
     print(f"\n({result['seconds']:.0f} s in all)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        write_json(args.out, result)
     return result
 
 

@@ -151,6 +151,13 @@ def trace_cost(device, sync, iters, counters=None):
     return {"us_per_op": elapsed * 1e6 / max(ops, 1), "ops": ops, "sync_ms": sync_ms}
 
 
+def write_json(path, result):
+    """Writes a benchmark's result dict as JSON (creating the folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
 def fmt(value, spec):
     return "n/a" if value is None else format(value, spec)
 
@@ -309,9 +316,8 @@ def main(argv=None):
         return None
     result = run(args)
     print(markdown(result["steps"], result["trace"]))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    print()
+    write_json(args.out, result)
     return result
 
 

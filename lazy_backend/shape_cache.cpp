@@ -29,14 +29,19 @@ std::unordered_map<ShapeKey, MetaResult, KeyHash>& cache() {
 }
 constexpr size_t kMaxEntries = 1 << 16;
 
+// dtype, device and wrapped-ness of a defined tensor, in one key entry.
+int64_t tensor_code(const at::Tensor& t) {
+  return static_cast<int64_t>(t.scalar_type()) * 4 +
+         static_cast<int64_t>(t.device().type() == c10::kCPU) * 2 +
+         static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number());
+}
+
 void add_tensor(ShapeKey& k, const at::Tensor& t) {
   if (!t.defined()) {
     k.push_back(-2);
     return;
   }
-  k.push_back(static_cast<int64_t>(t.scalar_type()) * 4 +
-              static_cast<int64_t>(t.device().type() == c10::kCPU) * 2 +
-              static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()));
+  k.push_back(tensor_code(t));
   k.push_back(t.dim());
   for (int64_t s : t.sizes()) k.push_back(s);
   for (int64_t s : t.strides()) k.push_back(s);
@@ -163,9 +168,7 @@ struct SymbolicKey {
       key.push_back(-2);
       return;
     }
-    key.push_back(static_cast<int64_t>(t.scalar_type()) * 4 +
-                  static_cast<int64_t>(t.device().type() == c10::kCPU) * 2 +
-                  static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()));
+    key.push_back(tensor_code(t));
     key.push_back(t.dim());
     for (int64_t s : t.sizes()) size(s);
     for (int64_t s : t.strides()) size(s);
