@@ -113,6 +113,7 @@ class Rules {
     Ref src = in(i, 0), out{i, 0};
     const ir::Attr* dims = attr_operand(n, 1);
     if (!dims || dims->kind != ir::Attr::Kind::kIntList) return;  // full reduction
+    if (rank(src) == 0) return;  // sum(scalar, 0): dim 0 / -1 name the scalar itself
     std::vector<bool> reduced(rank(src), dims->ints.empty());
     for (int64_t d : dims->ints) reduced[wrap_dim(d, rank(src))] = true;
     const bool keepdim = rank(out) == rank(src);
@@ -157,6 +158,7 @@ class Rules {
   void layout(uint32_t i, const std::string& name) {
     const ir::Node& n = *p_.ops[i].node;
     Ref src = in(i, 0), out{i, 0};
+    if (rank(src) == 0) return;  // a scalar has no dims to relate (dim 0 / -1 name it)
     if (name == "aten::alias") return same_shape(src, out);
     if (name == "aten::transpose.int") {
       int64_t a = wrap_dim(attr_operand(n, 1)->i, rank(src));

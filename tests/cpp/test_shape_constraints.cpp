@@ -78,3 +78,15 @@ TEST(ShapeConstraints, ReductionKeepsTheOtherDims) {
   EXPECT_EQ(dims(p, s), (std::vector<uint32_t>{dims(p, x)[0], dims(p, x)[2]}));
   EXPECT_EQ(dims(p, k), (std::vector<uint32_t>{dims(p, x)[0], 0u, dims(p, x)[2]}));
 }
+
+TEST(ShapeConstraints, ReducingOrTransposingAScalarOverDimZeroIsFine) {
+  // torch accepts dim 0 / -1 on a 0-dim tensor; there are no dims to relate.
+  GraphBuilder b;
+  auto x = b.param({});
+  auto s = b.op("aten::sum.dim_IntList", {x}, {}, {GraphBuilder::ints({0}), GraphBuilder::boolean(false)});
+  auto m = b.op("aten::amax", {x}, {}, {GraphBuilder::ints({-1}), GraphBuilder::boolean(true)});
+  auto t = b.op("aten::transpose.int", {x}, {}, {GraphBuilder::integer(0), GraphBuilder::integer(-1)});
+  Program p = analyze({s, m, t});
+  EXPECT_TRUE(dims(p, s).empty());
+  EXPECT_EQ(p.num_symbols, 1u);
+}

@@ -107,13 +107,8 @@ NOT_COMPARABLE = {
 # Known failures and cases not run, by what the sample is:
 # (ops, directions, predicate(sample), reason). An XFAIL is strict (once
 # fixed it fails as XPASS, so that the entry gets removed) unless its reason
-# says "(may pass)". SKIP is for cases
-# that crash or hang the process, which an xfail cannot catch.
-
-
-def zero_dim_reduction_over_a_dim(sample):
-    dim = sample.kwargs.get("dim", sample.args[0] if sample.args else None)
-    return sample.input.dim() == 0 and dim is not None and dim != ()
+# says "(may pass)". SKIP is for cases that crash or hang the process, which
+# an xfail cannot catch.
 
 
 def normalizes_one_element(sample):
@@ -132,14 +127,7 @@ XFAIL = [
      "x - mean can leave ~ulp(x) * rstd (rstd = 1/sqrt(eps) = 316): 2.3e-6 for x = 0.7"),
 ]
 
-SKIP = [
-    (("sum", "mean", "amax", "logsumexp"), ("fwd", "bwd"), zero_dim_reduction_over_a_dim,
-     "crash (SIGSEGV) at the sync: sum/mean/amax of a 0-dim tensor over dim 0 or -1, e.g. "
-     "torch.tensor(1.5, device='disc').sum(0).cpu(); lowering/passes/shape_constraints.cpp "
-     "Rules::reduction indexes reduced[], a vector of size 0"),
-    (("amin",), ("bwd",), zero_dim_reduction_over_a_dim,
-     "crash (SIGSEGV) at the sync: amin's backward sums over the dim (the 0-dim reduction crash)"),
-]
+SKIP = []  # (ops, directions, predicate, reason), as XFAIL; none at present
 
 
 def has_bool_index(sample):
