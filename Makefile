@@ -29,3 +29,14 @@ bench:
 
 bench-quick:
 	$(BENCH_RUN) -m benchmarks --quick $(BENCH_ARGS)
+
+# Randomized differential test: random op graphs on disc (compiled executor)
+# vs disc (reference executor) vs CPU eager, FUZZ_GRAPHS programs (CI runs
+# 1,000). A failure prints the seed, the program and the replay command
+# (python tests/python/random_graphs.py --seed N). make sweep runs it too.
+FUZZ_GRAPHS ?= 10000
+.PHONY: fuzz
+fuzz:
+	DISC_FUZZ_GRAPHS=$(FUZZ_GRAPHS) $(RUN) -m pytest tests/python/test_random_graphs.py -q -k random_graphs_match
+
+sweep: fuzz
