@@ -64,8 +64,12 @@ class Rules {
     const ProgramOp& op = p_.ops[i];
     const ir::Node& n = *op.node;
     const std::string& name = ir::op_name(n.op);
-    for (size_t j = 0; j < n.mutated.size(); ++j)
-      same_shape(in(i, n.mutated[j]), {i, n.num_returns + static_cast<uint32_t>(j)});
+    // An updated input keeps its shape -- unless the op resized it (an out=
+    // buffer, often a shared empty one): then old and new dims are unrelated.
+    for (size_t j = 0; j < n.mutated.size(); ++j) {
+      const Ref before = in(i, n.mutated[j]), after{i, n.num_returns + static_cast<uint32_t>(j)};
+      if (sizes(before) == sizes(after)) same_shape(before, after);
+    }
     if (n.num_returns == 0 && n.mutated.empty()) return;
     switch (op.cls) {
       case OpClass::kElementwise:

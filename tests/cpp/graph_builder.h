@@ -47,6 +47,16 @@ class GraphBuilder {
     v.node->finalize();
     return v.node;
   }
+  // An op that writes inputs[mutated] (an out= buffer) and returns nothing
+  // else: its only output is that input's new value, of `sizes`.
+  ir::Value op_mutating(const char* name, std::vector<ir::Value> inputs, uint32_t mutated,
+                        std::vector<int64_t> sizes) {
+    ir::Value v = op(name, std::move(inputs), std::move(sizes));
+    v.node->num_returns = 0;
+    v.node->mutated = {mutated};
+    v.node->finalize();
+    return v;
+  }
   static ir::Attr ints(std::vector<int64_t> v) {
     ir::Attr a;
     a.kind = ir::Attr::Kind::kIntList;

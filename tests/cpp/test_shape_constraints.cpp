@@ -90,3 +90,18 @@ TEST(ShapeConstraints, ReducingOrTransposingAScalarOverDimZeroIsFine) {
   EXPECT_TRUE(dims(p, s).empty());
   EXPECT_EQ(p.num_symbols, 1u);
 }
+
+TEST(ShapeConstraints, AResizedOutBufferDoesNotTieItsUsersTogether) {
+  // abs(x), abs(y) traced as abs.out into one (CSE-merged) empty buffer: the
+  // results keep their own dims; x's 2 must not become the constant 1 of y.
+  GraphBuilder b;
+  auto x = b.param({2});
+  auto y = b.param({1});
+  auto buf = b.param({0});
+  auto ax = b.op_mutating("aten::abs.out", {x, buf}, 1, {2});
+  auto ay = b.op_mutating("aten::abs.out", {y, buf}, 1, {1});
+  Program p = analyze({ax, ay});
+  EXPECT_EQ(dims(p, ay)[0], 0u);
+  EXPECT_NE(dims(p, ax)[0], 0u);
+  EXPECT_NE(dims(p, ax)[0], dims(p, buf)[0]);
+}
