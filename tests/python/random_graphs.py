@@ -125,16 +125,6 @@ KNOWN_BUGS: Dict[str, str] = {
         "on the other (an in-place op then differs). Avoided: view, reshape, flatten, "
         "unflatten and contiguous only take values whose disc strides equal CPU's, and output "
         "strides are compared with eager only for those."),
-    "abs-shared-out-buffer": (
-        "abs is traced as aten::zeros([0]) + aten::abs.out(x, out); canonicalize merges the "
-        "zeros([0]) buffers of all abs calls in a graph into one, and shape-constraints then "
-        "unifies that buffer's shape with every abs result, so the sizes of two abs operands "
-        "become one symbol (a size 2 becomes the constant 1). Fused kernels then get wrong "
-        "shapes: garbage or wrong values. Repro (b [2], a [1], x [8, 2], c [8, 1], randn): "
-        "u = b.abs() + x; v = a.abs(); n = c.neg(); s = n - x; return u, v, n, s -- s is "
-        "garbage (1e21) under the compiled executor, right under reference. Avoided: every "
-        "abs of a program on one shape, a program with abs in a graph of its own, positivity "
-        "guards without abs."),
     "layer-norm-decomposed": (
         "F.layer_norm on disc is traced as its composite decomposition (reshape -> "
         "native_batch_norm -> reshape -> addcmul), not native_layer_norm as on CPU; over a "
@@ -185,9 +175,6 @@ class Program:
     # does: an instance where eager does not is skipped (layout-changing-results).
     contiguous_lines: frozenset = frozenset()
     _code: list = field(default=None, repr=False)
-
-    def uses_abs(self) -> bool:
-        return any(".abs()" in line or "torch.abs(" in line for line in self.lines)
 
     def source(self) -> str:
         """The program as a Python function (what runs, line for line)."""
@@ -327,7 +314,6 @@ class _Builder:
         self.pending_inputs: List[InputSpec] = []
         self.row_checks: Dict[int, str] = {}
         self.contiguous_lines = set()
-        self.abs_shape = None
 
     # -- values ------------------------------------------------------------
 
@@ -521,7 +507,6 @@ class _Builder:
         """An expression for a positive value made from ``a``."""
         if self.vals[a].pos:
             return a
-        # Not abs(a) + c: see abs-shared-out-buffer.
         if self.rng.random() < 0.5:
             return f"({a} * {a} + {self.rng.choice(['1.0', '0.5', '2.0'])})"
         return f"(torch.sigmoid({a}) + {self.rng.choice(['0.5', '1.0'])})"
@@ -536,11 +521,7 @@ class _Builder:
         else:
             op = self.rng.choice(["exp", "tanh", "sigmoid", "relu", "neg", "abs", "sqrt", "rsqrt", "log"])
         if op == "abs":
-            # abs-shared-out-buffer: every abs of a graph on one shape.
-            if self.abs_shape not in (None, self.shape(a)):
-                raise _Reject("known bug: abs-shared-out-buffer")
             name = self.emit(self.rng.choice([f"torch.abs({a})", f"{a}.abs()"]), [a], exact=v.exact)
-            self.abs_shape = self.shape(a)
             return name
         if not self.is_float(a):
             return self.emit(f"torch.{op}({a})", [a], exact=True)
@@ -1050,10 +1031,7 @@ def run_graphs(seeds, batch: int = 16, executors=("compiled", "reference"), max_
     programs = [generate(s, max_ops) for s in seeds]
     stats = {"programs": len(programs), "statements": sum(len(p.lines) for p in programs)}
     # jobs[k] = (program, instance); one eager result per distinct job.
-    # Programs that call abs run in graphs of their own (abs-shared-out-buffer).
-    shared = [p for p in programs if not p.uses_abs()]
-    groups = [shared[k:k + batch] for k in range(0, len(shared), batch)]
-    groups += [[p] for p in programs if p.uses_abs()]
+    groups = [programs[k:k + batch] for k in range(0, len(programs), batch)]
     chunks, eager = [], {}
     for group in groups:
         for p in group:
