@@ -67,7 +67,7 @@ if __package__ in (None, ""):
 import torch
 
 from benchmarks.memory import PeakRSS
-from benchmarks.mnist_step import Unavailable, describe, fmt, write_json
+from benchmarks.mnist_step import Unavailable, describe, finish, fmt
 from examples.bert import finetune
 from examples.device import device_and_sync
 
@@ -460,15 +460,12 @@ def main(argv=None):
     start = time.perf_counter()
     result = run(args)
     result["seconds"] = time.perf_counter() - start
-    print(f"MiniLM-L6 (BERT), batch {args.batch_size}, {args.steps} timed steps after "
-          f"{args.warmup} warm-up, {result['threads']} threads; train-fixed: length "
-          f"{MAX_LENGTH}; variable lengths {MIN_LENGTH}..{MAX_LENGTH} "
-          f"(seed {args.seed}), the same for every backend")
-    print(table(result["rows"]))
-    print(f"\n({result['seconds']:.0f} s in all)")
-    if args.out:
-        write_json(args.out, result)
-    return result
+    return finish(result, args,
+                  f"MiniLM-L6 (BERT), batch {args.batch_size}, {args.steps} timed steps after "
+                  f"{args.warmup} warm-up, {result['threads']} threads; train-fixed: length "
+                  f"{MAX_LENGTH}; variable lengths {MIN_LENGTH}..{MAX_LENGTH} "
+                  f"(seed {args.seed}), the same for every backend",
+                  table(result["rows"]))
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from benchmarks.memory import PeakRSS
-from benchmarks.mnist_step import write_json
+from benchmarks.mnist_step import finish
 
 MIN_LENGTH = 16
 MAX_LENGTH = 128
@@ -523,14 +523,11 @@ def main(argv=None):
     start = time.perf_counter()
     result = run(args)
     result["seconds"] = time.perf_counter() - start
-    print(f"Dynamic shapes: {result['model']}; batch {args.batch_size}, {args.steps} steps "
-          f"per run (first {args.warmup} not timed), {result['threads']} threads; variable "
-          f"lengths {MIN_LENGTH}..{MAX_LENGTH} (seed {args.seed})")
-    print(table(result, args.explain_lines))
-    print(f"\n({result['seconds']:.0f} s in all)")
-    if args.out:
-        write_json(args.out, result)
-    return result
+    return finish(result, args,
+                  f"Dynamic shapes: {result['model']}; batch {args.batch_size}, {args.steps} "
+                  f"steps per run (first {args.warmup} not timed), {result['threads']} threads; "
+                  f"variable lengths {MIN_LENGTH}..{MAX_LENGTH} (seed {args.seed})",
+                  table(result, args.explain_lines))
 
 
 if __name__ == "__main__":

@@ -151,6 +151,16 @@ def trace_cost(device, sync, iters, counters=None):
     return {"us_per_op": elapsed * 1e6 / max(ops, 1), "ops": ops, "sync_ms": sync_ms}
 
 
+def finish(result, args, header, text):
+    """Prints a benchmark's header, table and total time; writes --out if set."""
+    print(header)
+    print(text)
+    print(f"\n({result['seconds']:.0f} s in all)")
+    if args.out:
+        write_json(args.out, result)
+    return result
+
+
 def write_json(path, result):
     """Writes a benchmark's result dict as JSON (creating the folder)."""
     path.parent.mkdir(parents=True, exist_ok=True)

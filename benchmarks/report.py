@@ -113,7 +113,7 @@ def bert_rows(result):
             compiles = r["compiles"] + r.get("warmup_compiles", 0)
         rows.append(_row(
             f"minilm-l6 {r['part']} (batch {cfg['batch_size']})",
-            "cpu" if r["backend"] == "cpu" else r["backend"],
+            r["backend"],
             ms_per_step=r.get("mean_ms" if stat == "mean" else "ms"), statistic=stat,
             vs_eager=r.get("vs_eager"), vs_compile=r.get("vs_inductor"), compiles=compiles,
             compiles_after_warmup=r.get("compiles"), disk_hits=r.get("disk_hits"),
