@@ -20,7 +20,7 @@
 #include "lazy_backend/persistent_cache.h"
 #include "lazy_backend/replay.h"
 #include "lazy_backend/tensor_data.h"
-#include "lowering/codegen/loop_kernel.h"
+#include "lowering/codegen/fused_kernel.h"
 #include "runtime/mlir_jit.h"
 
 namespace disc {
@@ -33,7 +33,7 @@ using runtime::MemRef1D;
 constexpr size_t kMinFusedOps = 2;
 
 struct Kernel {
-  lowering::LoopKernel spec;
+  lowering::FusedKernel spec;
   std::shared_ptr<runtime::JitModule> jit;  // owns the code behind `fn`
   runtime::PackedFn fn;                     // resolved once, not per launch
 };
@@ -79,7 +79,7 @@ std::vector<bool> used_outside_groups(const Program& p) {
   return used;
 }
 
-void dump_kernel(const ir::Graph& g, const lowering::LoopKernel& k, const std::string& llvm_ir) {
+void dump_kernel(const ir::Graph& g, const lowering::FusedKernel& k, const std::string& llvm_ir) {
   const char* dir = std::getenv("DISC_DUMP_IR");
   if (!dir || !*dir) return;
   std::ostringstream base;
@@ -95,11 +95,7 @@ class CompiledExecutable final : public Executable {
     std::vector<bool> used = used_outside_groups(program_);
     std::vector<int32_t> kernel_of_group(program_.groups.size(), -1);
     for (uint32_t gi = 0; gi < program_.groups.size(); ++gi) {
-      // A lone element-wise op gains nothing from fusion, and ATen's kernel
-      // for it is already vectorized: generate code only where ops fuse.
-      if (program_.groups[gi].ops.size() < kMinFusedOps) continue;
-      std::string why;
-      auto spec = lowering::emit_loop_kernel(program_, gi, used, &why);
+      std::optional<lowering::FusedKernel> spec = generate(gi, used);
       if (!spec) continue;
       std::string llvm_ir;
       auto jit = jit_compile(spec->mlir, std::getenv("DISC_DUMP_IR") ? &llvm_ir : nullptr);
@@ -150,6 +146,22 @@ class CompiledExecutable final : public Executable {
   }
 
  private:
+  // The kernel of group `gi`, or nullopt where its ops run one by one: a
+  // lone element-wise op (ATen's kernel for it is already vectorized, and
+  // fusion gains nothing), or a group the codegen declines (counted).
+  std::optional<lowering::FusedKernel> generate(uint32_t gi, const std::vector<bool>& used) {
+    const lowering::FusionGroup& group = program_.groups[gi];
+    if (group.kind == lowering::FusionKind::kLoop && group.ops.size() < kMinFusedOps)
+      return std::nullopt;
+    std::string why;
+    if (auto k = lowering::emit_fused_kernel(program_, gi, used, &why)) return k;
+    metrics::bump("codegen.declined");
+    if (std::getenv("DISC_DEBUG_COMPILE"))
+      std::fprintf(stderr, "disc: group %u (%s) runs op by op: %s\n", gi,
+                   lowering::fusion_kind_name(group.kind), why.c_str());
+    return std::nullopt;
+  }
+
   // Kahn's algorithm over kernels and single ops, smallest op index first:
   // a group runs once all its external inputs exist.
   void schedule(const std::vector<int32_t>& kernel_of_group) {
@@ -247,11 +259,12 @@ class CompiledExecutable final : public Executable {
   }
 
   void launch(Kernel& k, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
-    const lowering::LoopKernel& spec = k.spec;
+    const lowering::FusedKernel& spec = k.spec;
     const uint32_t R = spec.rank;
-    // The iteration space: the group's output shape in *this* graph.
-    std::vector<int64_t> sizes = g.nodes[spec.outputs.empty() ? 0 : spec.outputs[0]].node->outputs[0].sizes;
-    if (sizes.empty()) sizes = {1};
+    // The iteration space in *this* graph, padded with leading 1s to the
+    // kernel's rank.
+    std::vector<int64_t> sizes = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
+    sizes.insert(sizes.begin(), R - std::min<size_t>(R, sizes.size()), 1);
     int64_t numel = 1;
     for (int64_t s : sizes) numel *= s;
     std::vector<at::Tensor> inputs;
@@ -271,10 +284,14 @@ class CompiledExecutable final : public Executable {
       scalars.push_back(a.kind == ir::Attr::Kind::kScalarDouble ? a.d : static_cast<double>(a.i));
     }
     std::vector<at::Tensor> outputs;
-    for (uint32_t op : spec.outputs)
-      outputs.push_back(at::empty(g.nodes[op].node->outputs[0].sizes, at::kFloat));
-    if (numel > 0) {
-      const int64_t inner = numel / sizes[0];
+    for (const lowering::KernelOutput& o : spec.outputs)
+      outputs.push_back(at::empty(g.nodes[o.op].node->outputs[o.index].sizes, at::kFloat));
+    // A row kernel still runs over rows of length 0: their sum is 0, their
+    // mean NaN. Nothing runs when there are no rows (or no elements).
+    int64_t rows = 1;
+    for (size_t a = 0; a + 1 < sizes.size(); ++a) rows *= sizes[a];
+    if (spec.kind != lowering::FusionKind::kLoop ? rows > 0 : numel > 0) {
+      const int64_t inner = std::max<int64_t>(numel, rows) / sizes[0];
       const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
       at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) {
         std::vector<void*> args;
@@ -286,7 +303,7 @@ class CompiledExecutable final : public Executable {
         }
         for (const at::Tensor& t : outputs) {
           char* p = static_cast<char*>(t.data_ptr());
-          bufs.push_back({p, p, 0, numel, 1});
+          bufs.push_back({p, p, 0, t.numel(), 1});
         }
         bufs.push_back({reinterpret_cast<char*>(sizes.data()), reinterpret_cast<char*>(sizes.data()), 0,
                         static_cast<int64_t>(sizes.size()), 1});
@@ -301,7 +318,12 @@ class CompiledExecutable final : public Executable {
         k.fn(args.data());
       });
     }
-    for (size_t j = 0; j < spec.outputs.size(); ++j) values[spec.outputs[j]] = {outputs[j]};
+    // Outputs of one op (layer norm: y, mean, rstd) go back in index order.
+    for (size_t j = 0; j < spec.outputs.size(); ++j) {
+      std::vector<at::Tensor>& v = values[spec.outputs[j].op];
+      if (v.size() <= spec.outputs[j].index) v.resize(spec.outputs[j].index + 1);
+      v[spec.outputs[j].index] = outputs[j];
+    }
   }
 
   Program program_;  // its node pointers die with the first graph: read nodes from `g`

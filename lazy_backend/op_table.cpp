@@ -38,6 +38,7 @@ bool returns_alias(const c10::FunctionSchema& s) {
 constexpr const char* kRecordedWhole[] = {
     "convolution",           // else: convolution_overrideable (no CPU kernel)
     "convolution_backward",  // else: convolution_backward_overrideable
+    "native_layer_norm",     // else: a batch_norm over a reshape (no stitch kernel)
 };
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "graph_builder.h"
-#include "lowering/codegen/loop_kernel.h"
+#include "lowering/codegen/fused_kernel.h"
 #include "lowering/pipeline.h"
 #include "runtime/mlir_jit.h"
 
@@ -15,7 +15,7 @@ using namespace disc::lowering;
 using disc::runtime::MemRef1D;
 using disc::testing::GraphBuilder;
 
-TEST(LoopKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
+TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
   // relu(x * y + alpha * b) - with b broadcast over rows, alpha a runtime scalar.
   GraphBuilder gb;
   auto x = gb.param({3, 5});
@@ -29,7 +29,7 @@ TEST(LoopKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
   std::vector<bool> used(p.ops.size(), false);
   used[p.groups[0].ops.back()] = true;
   std::string why;
-  auto k = emit_loop_kernel(p, 0, used, &why);
+  auto k = emit_fused_kernel(p, 0, used, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_EQ(k->inputs.size(), 3u);
   EXPECT_EQ(k->outputs.size(), 1u);
@@ -65,7 +65,7 @@ TEST(LoopKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
   }
 }
 
-TEST(LoopKernel, UnsupportedOpsAreReportedNotGenerated) {
+TEST(FusedKernel, UnsupportedOpsAreReportedNotGenerated) {
   GraphBuilder gb;
   auto x = gb.param({4});
   auto s = gb.op("aten::gelu", {x}, {4}, {ir::Attr{}});  // elementwise, no codegen yet
@@ -73,6 +73,6 @@ TEST(LoopKernel, UnsupportedOpsAreReportedNotGenerated) {
   std::vector<bool> used(p.ops.size(), true);
   std::string why;
   ASSERT_EQ(p.groups.size(), 1u);
-  EXPECT_FALSE(emit_loop_kernel(p, 0, used, &why));
+  EXPECT_FALSE(emit_fused_kernel(p, 0, used, &why));
   EXPECT_NE(why.find("aten::gelu"), std::string::npos);
 }

@@ -1,0 +1,59 @@
+// Codegen of fusion groups: one MLIR function per group, shape-generic
+// (sizes and strides are runtime arguments).
+//
+//   kLoop     element-wise + broadcast: one pass over the iteration space
+//   kInput    a reduction along the last dim with its element-wise producers
+//   kStitch   reduction -> element-wise -> reduction along the last dim:
+//               softmax       max, sum exp(x - max) (exp stored), scale
+//               log_softmax   max, sum exp(x - max), x - max - log(sum)
+//               backward      sum, element-wise
+//               layer norm    mean, variance, normalize + affine (and writes
+//                             mean and rstd per row)
+//
+// The group's element-wise producers are computed inside the kernel, in
+// every pass that reads them, and stored only where the rest of the graph
+// needs them. Each pass over the innermost dim has a vector<16xf32> body and
+// a scalar tail when the inputs are contiguous along it (checked at run
+// time), and a strided scalar loop otherwise.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lowering/program.h"
+
+namespace disc::lowering {
+
+struct KernelOutput {
+  uint32_t op = 0;       // the group op
+  uint32_t index = 0;    // its output
+  bool per_row = false;  // one value per row (reductions, mean, rstd)
+};
+
+struct FusedKernel {
+  std::string name;
+  std::string mlir;
+  FusionKind kind = FusionKind::kLoop;
+  // Rank of the iteration space: kLoop >= 1, kInput / kStitch >= 2 (the
+  // space is padded with leading 1s to it).
+  uint32_t rank = 0;
+  ir::GraphRef space;                   // the value whose sizes are the space
+  std::vector<ir::GraphRef> inputs;     // values read from outside the group
+  std::vector<ir::DType> input_dtypes;
+  std::vector<KernelOutput> outputs;    // written contiguously, f32
+  std::vector<std::pair<uint32_t, uint32_t>> runtime;  // (op, runtime slot)
+};
+
+// The kernel for group `g`, or nullopt with `why` set when the group has an
+// op, dtype or dim the codegen does not handle (its ops then run one by one).
+//
+// Signature (memrefs are 1-D, flat buffers):
+//   @name(%in0..: memref<?xT>, %out0..: memref<?xf32>, %sizes: memref<?xindex>,
+//         %strides: memref<?xindex> (input k, axis a at k*rank+a),
+//         %scalars: memref<?xf64>, %begin, %end: index)
+// iterating dim 0 over [begin, end) and all other dims fully.
+std::optional<FusedKernel> emit_fused_kernel(const Program& p, uint32_t g,
+                                             const std::vector<bool>& used_outside,
+                                             std::string* why);
+
+}  // namespace disc::lowering

@@ -1,0 +1,115 @@
+// exp(x) = 2^k * p(r), k = round(x / ln2), r = x - k*ln2 with ln2 split in a
+// short exact part and a correction (so r keeps its low bits), p a degree-7
+// polynomial (Cephes' expf coefficients). 2^k is built from exponent bits in
+// two halves, so results that are subnormal come out right. Overflow gives
+// +inf, underflow 0, NaN stays NaN.
+#include "lowering/codegen/math_functions.h"
+
+#include <stdexcept>
+
+namespace disc::lowering {
+
+namespace {
+
+// The function in scalar form; $F / $I are the f32 / i32 types of the
+// variant, $S the select condition type prefix, $K<v> a constant.
+constexpr const char* kExpTemplate = R"mlir(func.func private @disc_expf$N(%x: $F) -> $F {
+  %log2e = arith.constant $K<1.44269504088896341> : $F
+  %half = arith.constant $K<0.5> : $F
+  %one = arith.constant $K<1.0> : $F
+  %c1 = arith.constant $K<0.693359375> : $F
+  %c2 = arith.constant $K<-2.12194440e-4> : $F
+  %p0 = arith.constant $K<1.9875691500e-4> : $F
+  %p1 = arith.constant $K<1.3981999507e-3> : $F
+  %p2 = arith.constant $K<8.3334519073e-3> : $F
+  %p3 = arith.constant $K<4.1665795894e-2> : $F
+  %p4 = arith.constant $K<1.6666665459e-1> : $F
+  %p5 = arith.constant $K<5.0000001201e-1> : $F
+  %hi = arith.constant $K<88.72283935546875> : $F
+  %lo = arith.constant $K<-103.97208404541016> : $F
+  %infi = arith.constant $K<2139095040> : $I
+  %inf = arith.bitcast %infi : $I to $F
+  %zero = arith.constant $K<0.0> : $F
+  %bias = arith.constant $K<127> : $I
+  %c23 = arith.constant $K<23> : $I
+  %c1i = arith.constant $K<1> : $I
+  // Clamp first: k stays in [-150, 128] and the bit tricks stay valid.
+  // (arith.maxf has no LLVM lowering in MLIR 15: compare and select.)
+  %below = arith.cmpf olt, %x, %lo : $F
+  %xc0 = arith.select %below, %lo, %x : $S$F
+  %above = arith.cmpf ogt, %xc0, %hi : $F
+  %xc = arith.select %above, %hi, %xc0 : $S$F
+  %t = arith.mulf %xc, %log2e : $F
+  %th = arith.addf %t, %half : $F
+  %kf = math.floor %th : $F
+  %a = arith.mulf %kf, %c1 : $F
+  %r0 = arith.subf %xc, %a : $F
+  %b = arith.mulf %kf, %c2 : $F
+  %r = arith.subf %r0, %b : $F
+  %r2 = arith.mulf %r, %r : $F
+  %q0 = arith.mulf %p0, %r : $F
+  %q1 = arith.addf %q0, %p1 : $F
+  %q2 = arith.mulf %q1, %r : $F
+  %q3 = arith.addf %q2, %p2 : $F
+  %q4 = arith.mulf %q3, %r : $F
+  %q5 = arith.addf %q4, %p3 : $F
+  %q6 = arith.mulf %q5, %r : $F
+  %q7 = arith.addf %q6, %p4 : $F
+  %q8 = arith.mulf %q7, %r : $F
+  %q9 = arith.addf %q8, %p5 : $F
+  %q10 = arith.mulf %q9, %r2 : $F
+  %q11 = arith.addf %q10, %r : $F
+  %p = arith.addf %q11, %one : $F
+  %k = arith.fptosi %kf : $F to $I
+  %k1 = arith.shrsi %k, %c1i : $I
+  %k2 = arith.subi %k, %k1 : $I
+  %e1 = arith.addi %k1, %bias : $I
+  %e2 = arith.addi %k2, %bias : $I
+  %b1 = arith.shli %e1, %c23 : $I
+  %b2 = arith.shli %e2, %c23 : $I
+  %s1 = arith.bitcast %b1 : $I to $F
+  %s2 = arith.bitcast %b2 : $I to $F
+  %y0 = arith.mulf %p, %s1 : $F
+  %y = arith.mulf %y0, %s2 : $F
+  %over = arith.cmpf ogt, %x, %hi : $F
+  %under = arith.cmpf olt, %x, %lo : $F
+  %nan = arith.cmpf uno, %x, %x : $F
+  %y1 = arith.select %over, %inf, %y : $S$F
+  %y2 = arith.select %under, %zero, %y1 : $S$F
+  %y3 = arith.select %nan, %x, %y2 : $S$F
+  return %y3 : $F
+})mlir";
+
+std::string instantiate(uint32_t width) {
+  const std::string w = std::to_string(width);
+  const std::string f = width ? "vector<" + w + "xf32>" : "f32";
+  const std::string i = width ? "vector<" + w + "xi32>" : "i32";
+  std::string text = kExpTemplate, out;
+  for (size_t k = 0; k < text.size();) {
+    if (text.compare(k, 2, "$F") == 0) { out += f; k += 2; continue; }
+    if (text.compare(k, 2, "$I") == 0) { out += i; k += 2; continue; }
+    if (text.compare(k, 2, "$N") == 0) { out += width ? w : ""; k += 2; continue; }
+    if (text.compare(k, 2, "$S") == 0) { out += width ? "vector<" + w + "xi1>, " : ""; k += 2; continue; }
+    if (text.compare(k, 3, "$K<") == 0) {
+      size_t end = text.find('>', k);
+      std::string v = text.substr(k + 3, end - k - 3);
+      out += width ? "dense<" + v + ">" : v;
+      k = end + 1;
+      continue;
+    }
+    out += text[k++];
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::string& expf_function(uint32_t width) {
+  static const std::string scalar = instantiate(0);
+  static const std::string vector = instantiate(16);
+  if (width == 0) return scalar;
+  if (width == 16) return vector;
+  throw std::logic_error("disc_expf: no variant of width " + std::to_string(width));
+}
+
+}  // namespace disc::lowering

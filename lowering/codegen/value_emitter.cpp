@@ -1,0 +1,217 @@
+// Element-wise ops as MLIR lines, in torch's order of operations (so that
+// results round as CPU eager's do wherever the ops are exact in f32).
+// Values are f32; the vector variant uses the same ops on vector<16xf32>.
+#include "lowering/codegen/value_emitter.h"
+
+#include <stdexcept>
+
+namespace disc::lowering {
+
+const char* memref_elem(ir::DType t) {
+  switch (t) {
+    case ir::DType::kFloat32: return "f32";
+    case ir::DType::kFloat64: return "f64";
+    case ir::DType::kInt64: return "i64";
+    case ir::DType::kInt32: return "i32";
+    default: return nullptr;
+  }
+}
+
+ValueEmitter::ValueEmitter(const Program& p, std::ostringstream& out, std::string indent,
+                           uint32_t width,
+                           const std::vector<std::pair<uint32_t, uint32_t>>& runtime,
+                           uint32_t& counter)
+    : p_(p), out_(out), indent_(std::move(indent)), width_(width), runtime_(runtime),
+      counter_(counter) {
+  type_ = vec("f32");
+}
+
+bool ValueEmitter::supports(const std::string& op) {
+  static const char* ops[] = {
+      "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
+      "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::div_.Tensor",
+      "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::tanh",
+      "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
+      "aten::sqrt_", "aten::lerp_.Scalar", "aten::addcmul_", "aten::addcdiv_", "aten::zero_",
+      "aten::fill_.Scalar", "aten::expand"};
+  for (const char* s : ops)
+    if (op == s) return true;
+  return false;
+}
+
+std::string ValueEmitter::vec(const std::string& elem) const {
+  return width_ ? "vector<" + std::to_string(width_) + "x" + elem + ">" : elem;
+}
+
+std::string ValueEmitter::fresh() { return "%v" + std::to_string(counter_++); }
+
+std::string ValueEmitter::line(const std::string& s) {
+  out_ << indent_ << s << "\n";
+  return s;
+}
+
+std::string ValueEmitter::constant(double v) {
+  std::string name = fresh();
+  std::ostringstream os;
+  os.precision(17);
+  os << std::scientific << v;
+  line(name + " = arith.constant " + (width_ ? "dense<" + os.str() + ">" : os.str()) + " : " +
+       type_);
+  return name;
+}
+
+std::string ValueEmitter::splat(const std::string& scalar_f32) {
+  if (!width_) return scalar_f32;
+  std::string r = fresh();
+  line(r + " = vector.broadcast " + scalar_f32 + " : f32 to " + type_);
+  return r;
+}
+
+std::string ValueEmitter::binary(const char* op, const std::string& a, const std::string& b) {
+  std::string r = fresh();
+  line(r + " = " + op + " " + a + ", " + b + " : " + type_);
+  return r;
+}
+
+std::string ValueEmitter::unary(const char* op, const std::string& a) {
+  std::string r = fresh();
+  line(r + " = " + op + " " + a + " : " + type_);
+  return r;
+}
+
+std::string ValueEmitter::cmp(const char* pred, const std::string& a, const std::string& b) {
+  std::string r = fresh();
+  line(r + " = arith.cmpf " + pred + ", " + a + ", " + b + " : " + type_);
+  return r;
+}
+
+std::string ValueEmitter::select(const std::string& cond, const std::string& a,
+                                 const std::string& b) {
+  std::string r = fresh();
+  line(r + " = arith.select " + cond + ", " + a + ", " + b + " : " +
+       (width_ ? vec("i1") + ", " : "") + type_);
+  return r;
+}
+
+std::string ValueEmitter::exp(const std::string& a) {
+  uses_exp_ = true;
+  std::string r = fresh();
+  line(r + " = func.call @disc_expf" + (width_ ? std::to_string(width_) : "") + "(" + a +
+       ") : (" + type_ + ") -> " + type_);
+  return r;
+}
+
+std::string ValueEmitter::max_nan(const std::string& a, const std::string& b) {
+  // (arith.maxf has no LLVM lowering in MLIR 15.) a if a > b or a is NaN,
+  // else b -- which is NaN when b is.
+  std::string c = fresh();
+  line(c + " = arith.ori " + cmp("ogt", a, b) + ", " + cmp("uno", a, a) + " : " + vec("i1"));
+  return select(c, a, b);
+}
+
+std::string ValueEmitter::to_f32(const std::string& raw, ir::DType t) {
+  const std::string elem = memref_elem(t);
+  if (elem == "f32") return raw;
+  std::string v = fresh();
+  if (elem == "f64")
+    line(v + " = arith.truncf " + raw + " : " + vec("f64") + " to " + type_);
+  else
+    line(v + " = arith.sitofp " + raw + " : " + vec(elem) + " to " + type_);
+  return v;
+}
+
+std::string ValueEmitter::scalar_operand_f32(uint32_t op, size_t k) {
+  const ir::Node& n = *p_.ops[op].node;
+  const ir::Operand& o = n.operands.at(k);
+  if (o.kind == ir::Operand::Kind::kRuntime) {
+    size_t slot = 0;
+    for (; slot < runtime_.size(); ++slot)
+      if (runtime_[slot] == std::make_pair(op, o.first)) break;
+    if (slot == runtime_.size()) throw std::logic_error("runtime scalar not in the kernel's list");
+    std::string idx = fresh(), d = fresh(), f = fresh();
+    line(idx + " = arith.constant " + std::to_string(slot) + " : index");
+    line(d + " = memref.load %scalars[" + idx + "] : memref<?xf64>");
+    line(f + " = arith.truncf " + d + " : f64 to f32");
+    return f;
+  }
+  if (o.kind != ir::Operand::Kind::kAttr) throw std::logic_error("operand is not a scalar");
+  const ir::Attr& a = n.attrs.at(o.first);
+  const double v = a.kind == ir::Attr::Kind::kScalarDouble || a.kind == ir::Attr::Kind::kDouble
+                       ? a.d
+                       : static_cast<double>(a.i);
+  std::string name = fresh();
+  std::ostringstream os;
+  os.precision(17);
+  os << std::scientific << v;
+  line(name + " = arith.constant " + os.str() + " : f32");
+  return name;
+}
+
+std::string ValueEmitter::scalar_operand(uint32_t op, size_t k) {
+  return splat(scalar_operand_f32(op, k));
+}
+
+bool ValueEmitter::operand_is_one(uint32_t op, size_t k) const {
+  const ir::Node& n = *p_.ops[op].node;
+  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return false;
+  const ir::Attr& a = n.attrs[n.operands[k].first];
+  return (a.kind == ir::Attr::Kind::kScalarInt && a.i == 1) ||
+         (a.kind == ir::Attr::Kind::kScalarDouble && a.d == 1.0);
+}
+
+std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& in) {
+  const std::string name = ir::op_name(p_.ops[op].node->op);
+  if (name == "aten::add.Tensor" || name == "aten::add_.Tensor" || name == "aten::sub.Tensor" ||
+      name == "aten::sub_.Tensor") {
+    std::string b = in.at(1);
+    if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);
+    return binary(name.find("add") != std::string::npos ? "arith.addf" : "arith.subf", in.at(0), b);
+  }
+  if (name == "aten::mul.Tensor" || name == "aten::mul_.Tensor")
+    return binary("arith.mulf", in.at(0), in.at(1));
+  if (name == "aten::div.Tensor" || name == "aten::div_.Tensor")
+    return binary("arith.divf", in.at(0), in.at(1));
+  if (name == "aten::neg") return unary("arith.negf", in.at(0));
+  if (name == "aten::expand") return in.at(0);  // right-aligned broadcast: the loads do it
+  if (name == "aten::zero_") return constant(0.0);
+  if (name == "aten::fill_.Scalar") return scalar_operand(op, 1);
+  if (name == "aten::sqrt_" || name == "aten::sqrt") return unary("math.sqrt", in.at(0));
+  if (name == "aten::addcmul_" || name == "aten::addcdiv_") {
+    // self + value * (t1 op t2), torch's order of operations.
+    std::string t =
+        binary(name == "aten::addcmul_" ? "arith.mulf" : "arith.divf", in.at(1), in.at(2));
+    if (!operand_is_one(op, 3)) t = binary("arith.mulf", scalar_operand(op, 3), t);
+    return binary("arith.addf", in.at(0), t);
+  }
+  if (name == "aten::lerp_.Scalar") {
+    // As torch: w < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w).
+    std::string self = in.at(0), end = in.at(1), w = scalar_operand(op, 2);
+    std::string diff = binary("arith.subf", end, self);
+    std::string low = binary("arith.addf", self, binary("arith.mulf", w, diff));
+    std::string high = binary("arith.subf", end,
+                              binary("arith.mulf", diff, binary("arith.subf", constant(1.0), w)));
+    return select(cmp("olt", w, constant(0.5)), low, high);
+  }
+  if (name == "aten::exp") return exp(in.at(0));
+  if (name == "aten::log") return unary("math.log", in.at(0));
+  if (name == "aten::rsqrt") return binary("arith.divf", constant(1.0), unary("math.sqrt", in.at(0)));
+  if (name == "aten::tanh") return unary("math.tanh", in.at(0));
+  if (name == "aten::abs") return unary("math.abs", in.at(0));
+  if (name == "aten::sigmoid") {
+    std::string e = exp(unary("arith.negf", in.at(0)));
+    return binary("arith.divf", constant(1.0), binary("arith.addf", constant(1.0), e));
+  }
+  if (name == "aten::relu") {
+    // NaN stays NaN, as in torch: "unordered or greater than zero".
+    std::string zero = constant(0.0);
+    return select(cmp("ugt", in.at(0), zero), in.at(0), zero);
+  }
+  if (name == "aten::threshold_backward") {
+    // grad where self > threshold, else 0.
+    std::string t = scalar_operand(op, 2);
+    return select(cmp("ole", in.at(1), t), constant(0.0), in.at(0));
+  }
+  throw std::logic_error("unsupported op reached codegen: " + name);
+}
+
+}  // namespace disc::lowering

@@ -1,0 +1,75 @@
+// Emits the MLIR lines of element-wise ops, on f32 scalars or on
+// vector<16xf32>: one traced op -> a few arith / math lines. The kernels
+// (loop_kernel, row_kernel) build loops and loads around it and call it once
+// per loop variant (vector body, scalar tail, strided fallback), so an op's
+// arithmetic is written once for all of them.
+#pragma once
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lowering/program.h"
+
+namespace disc::lowering {
+
+// Lanes of the vector variant. 16 x f32 is one AVX-512 register; on AVX2
+// LLVM splits it in two, so one kernel text serves both.
+constexpr uint32_t kVectorWidth = 16;
+
+// The element types a kernel input may have in memory.
+const char* memref_elem(ir::DType t);
+
+class ValueEmitter {
+ public:
+  // `width` 0: scalar f32 values; else vector<width x f32>. `runtime` lists
+  // the kernel's runtime scalars (op, slot) in %scalars order. SSA names come
+  // from `counter`, shared by every variant of one function.
+  ValueEmitter(const Program& p, std::ostringstream& out, std::string indent, uint32_t width,
+               const std::vector<std::pair<uint32_t, uint32_t>>& runtime, uint32_t& counter);
+
+  // Whether compute() handles this op (by name).
+  static bool supports(const std::string& op);
+
+  const std::string& type() const { return type_; }
+  std::string fresh();
+  std::string line(const std::string& s);
+
+  // The value of traced op `op` from its input values (inputs[k] is the
+  // value of the op's k-th tensor input).
+  std::string compute(uint32_t op, const std::vector<std::string>& inputs);
+
+  std::string constant(double v);
+  std::string splat(const std::string& scalar_f32);  // identity for scalars
+  std::string binary(const char* op, const std::string& a, const std::string& b);
+  std::string unary(const char* op, const std::string& a);
+  std::string cmp(const char* pred, const std::string& a, const std::string& b);
+  std::string select(const std::string& cond, const std::string& a, const std::string& b);
+  std::string exp(const std::string& a);
+  // max(a, b) that propagates NaN from either side, as torch's amax does.
+  std::string max_nan(const std::string& a, const std::string& b);
+  // A loaded element of dtype `t` as f32 (Python scalars arrive as f64 / i64).
+  std::string to_f32(const std::string& raw, ir::DType t);
+  // An f32 Scalar operand (alpha, threshold, eps) of op `op`.
+  std::string scalar_operand(uint32_t op, size_t operand);
+  // The same, as a plain f32 even in the vector variant.
+  std::string scalar_operand_f32(uint32_t op, size_t operand);
+  bool operand_is_one(uint32_t op, size_t operand) const;
+
+  bool uses_exp() const { return uses_exp_; }
+
+ private:
+  std::string vec(const std::string& elem) const;  // "f32" -> this variant's type
+
+  const Program& p_;
+  std::ostringstream& out_;
+  std::string indent_;
+  uint32_t width_;
+  std::string type_;
+  const std::vector<std::pair<uint32_t, uint32_t>>& runtime_;
+  uint32_t& counter_;
+  bool uses_exp_ = false;
+};
+
+}  // namespace disc::lowering
