@@ -138,8 +138,6 @@ class Line {
   Attr list();
   std::string string_literal();
 
-  int number_of_line() const { return line_; }
-
  private:
   std::string_view s_;
   size_t pos_ = 0;
