@@ -1,10 +1,12 @@
 // The pipeline, in order. Each line: the pass, and why it runs there.
 #include "lowering/pipeline.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "lowering/passes/passes.h"
 
@@ -56,6 +58,54 @@ std::vector<std::string> pass_names() {
   std::vector<std::string> names;
   for (const Pass& pass : kPipeline) names.push_back(pass.name);
   return names;
+}
+
+std::vector<PassInfo> pass_infos() {
+  std::vector<PassInfo> infos;
+  for (const Pass& pass : kPipeline) infos.push_back({pass.name, pass.why});
+  return infos;
+}
+
+namespace {
+[[noreturn]] void unknown_pass(const std::string& name) {
+  std::string known;
+  for (const Pass& pass : kPipeline) known += std::string(known.empty() ? "" : ", ") + pass.name;
+  throw std::invalid_argument("unknown pass '" + name + "' (passes: " + known + ")");
+}
+bool is_pass(const std::string& name) {
+  for (const Pass& pass : kPipeline)
+    if (name == pass.name) return true;
+  return false;
+}
+}  // namespace
+
+std::vector<std::string> passes_until(const std::string& last) {
+  if (!is_pass(last)) unknown_pass(last);
+  std::vector<std::string> names;
+  for (const Pass& pass : kPipeline) {
+    names.push_back(pass.name);
+    if (last == pass.name) break;
+  }
+  return names;
+}
+
+void run_passes(Program& p, const std::vector<std::string>& names) {
+  for (const std::string& name : names)
+    if (!is_pass(name)) unknown_pass(name);
+  // Passes after shape-constraints read its symbols; without them they
+  // would index empty dims, so say which pass to add instead.
+  bool after_shapes = false;
+  for (const Pass& pass : kPipeline) {
+    const bool selected = std::find(names.begin(), names.end(), pass.name) != names.end();
+    const bool has_dims = std::all_of(p.ops.begin(), p.ops.end(), [](const ProgramOp& op) {
+      return op.dims.size() == op.node->outputs.size();
+    });
+    if (selected && after_shapes && !has_dims)
+      throw std::invalid_argument(std::string(pass.name) +
+                                  " needs the symbolic dims of shape-constraints: select it too, or use --until");
+    if (selected) pass.run(p);
+    after_shapes = after_shapes || std::string_view(pass.name) == "shape-constraints";
+  }
 }
 
 }  // namespace disc::lowering

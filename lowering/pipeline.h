@@ -25,4 +25,21 @@ CompileResult compile(const ir::Graph& graph);
 // The pass names, in order (for tools and docs).
 std::vector<std::string> pass_names();
 
+// A pass and why it runs where it does (disc-opt --list-passes).
+struct PassInfo {
+  std::string name;
+  std::string why;
+};
+std::vector<PassInfo> pass_infos();
+
+// The passes up to and including `last`, in order (disc-opt --until).
+// Throws std::invalid_argument for an unknown name.
+std::vector<std::string> passes_until(const std::string& last);
+
+// Runs the named passes on `p` in pipeline order, whatever the order of
+// `names` (tools/disc_opt.cpp, tests/ir/). Throws std::invalid_argument for
+// an unknown name or a pass that needs the symbolic dims no selected pass
+// computes, and CompileError from the passes.
+void run_passes(Program& p, const std::vector<std::string>& names);
+
 }  // namespace disc::lowering

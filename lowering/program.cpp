@@ -105,6 +105,10 @@ std::string Program::to_string() const {
     if (op.group >= 0) os << "  group " << op.group;
     os << "\n";
   }
+  os << "  return (";
+  for (size_t k = 0; k < outputs.size(); ++k)
+    os << (k ? ", " : "") << "%" << outputs[k].node << "." << outputs[k].index;
+  os << ")\n";
   for (size_t g = 0; g < groups.size(); ++g) {
     os << "  group " << g << " " << fusion_kind_name(groups[g].kind) << ":";
     for (uint32_t o : groups[g].ops) os << " %" << o;

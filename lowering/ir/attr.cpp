@@ -1,6 +1,8 @@
 #include "lowering/ir/attr.h"
 
+#include <charconv>
 #include <cstring>
+#include <ostream>
 #include <sstream>
 
 #include "lowering/ir/dtype.h"
@@ -36,24 +38,65 @@ bool Attr::operator==(const Attr& o) const {
                     [](double a, double b) { return bits(a) == bits(b); });
 }
 
+namespace {
+// Shortest text that reads back to the same bits, and always reads as a
+// double ("1.0", not "1"), so the parser can tell it from an int.
+void put_double(std::ostream& os, double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string_view s(buf, static_cast<size_t>(end - buf));
+  os << s;
+  if (s.find_first_of(".enai") == std::string_view::npos) os << ".0";
+}
+
+void put_string(std::ostream& os, const std::string& s) {
+  os << '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') os << '\\' << c;
+    else if (c == '\n') os << "\\n";
+    else os << c;
+  }
+  os << '"';
+}
+}  // namespace
+
+// The text form is what ir/parse.cpp reads back: every kind prints
+// differently (1, 1.0, Scalar(1), [True], bool[]), and a symbolic value is
+// wrapped in sym(...) / sym[...], so that a parsed attr hashes alike.
 std::string Attr::to_string() const {
   std::ostringstream os;
-  auto list = [&os](const auto& v) {
-    os << "[";
-    for (size_t k = 0; k < v.size(); ++k) os << (k ? ", " : "") << v[k];
-    os << "]";
-  };
+  if (symbolic) os << (kind == Kind::kIntList ? "sym" : "sym(");
   switch (kind) {
     case Kind::kNone: os << "None"; break;
-    case Kind::kInt: case Kind::kScalarInt: os << i; break;
-    case Kind::kBool: case Kind::kScalarBool: os << (i ? "True" : "False"); break;
-    case Kind::kDouble: case Kind::kScalarDouble: os << d; break;
-    case Kind::kString: os << '"' << s << '"'; break;
-    case Kind::kIntList: case Kind::kBoolList: list(ints); break;
-    case Kind::kDoubleList: list(doubles); break;
+    case Kind::kInt: os << i; break;
+    case Kind::kBool: os << (i ? "True" : "False"); break;
+    case Kind::kDouble: put_double(os, d); break;
+    case Kind::kScalarInt: os << "Scalar(" << i << ")"; break;
+    case Kind::kScalarBool: os << "Scalar(" << (i ? "True" : "False") << ")"; break;
+    case Kind::kScalarDouble: os << "Scalar("; put_double(os, d); os << ")"; break;
+    case Kind::kString: put_string(os, s); break;
+    case Kind::kIntList:
+      os << "[";
+      for (size_t k = 0; k < ints.size(); ++k) os << (k ? ", " : "") << ints[k];
+      os << "]";
+      break;
+    case Kind::kBoolList:
+      os << (ints.empty() ? "bool[" : "[");
+      for (size_t k = 0; k < ints.size(); ++k) os << (k ? ", " : "") << (ints[k] ? "True" : "False");
+      os << "]";
+      break;
+    case Kind::kDoubleList:
+      os << (doubles.empty() ? "float[" : "[");
+      for (size_t k = 0; k < doubles.size(); ++k) {
+        if (k) os << ", ";
+        put_double(os, doubles[k]);
+      }
+      os << "]";
+      break;
     case Kind::kDevice: os << "device"; break;
     case Kind::kDType: os << dtype_name(static_cast<DType>(i)); break;
   }
+  if (symbolic && kind != Kind::kIntList) os << ")";
   return os.str();
 }
 

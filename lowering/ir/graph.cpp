@@ -83,22 +83,24 @@ Graph build_graph(const std::vector<Value>& roots) {
       g.nodes.push_back(std::move(gn));
     }
   }
+  for (const Value& root : roots) g.outputs.push_back({index.at(root.node.get()), root.index});
+  hash_graph(g);
+  return g;
+}
+
+void hash_graph(Graph& g) {
   uint64_t h = hash_mix(0xd15c, g.nodes.size());
   for (const GraphNode& gn : g.nodes) {
     h = hash_mix(h, gn.node->local_hash);
     for (const GraphRef& r : gn.inputs) h = hash_mix(hash_mix(h, r.node), r.index);
   }
-  for (const Value& root : roots) {
-    GraphRef r{index.at(root.node.get()), root.index};
-    g.outputs.push_back(r);
-    h = hash_mix(hash_mix(h, r.node), r.index);
-  }
+  for (const GraphRef& r : g.outputs) h = hash_mix(hash_mix(h, r.node), r.index);
   g.structure_hash = h;
+  g.dims.clear();
   for_each_dim(g, [&g](const DimSite&, int64_t v) { g.dims.push_back(v); });
   g.pattern = size_pattern(g.dims);
   for (int32_t c : g.pattern) h = hash_mix(h, static_cast<uint64_t>(static_cast<int64_t>(c)));
   g.hash = h;
-  return g;
 }
 
 DimSite Graph::site(size_t k) const {

@@ -66,4 +66,8 @@ struct Graph {
 // and data contents are excluded.
 Graph build_graph(const std::vector<Value>& roots);
 
+// Fills structure_hash, dims, pattern and hash of a graph whose nodes,
+// params and outputs are set (build_graph, and the text parser ir/parse.h).
+void hash_graph(Graph& g);
+
 }  // namespace disc::ir

@@ -109,15 +109,27 @@ std::string Node::to_string() const {
         break;
       case Operand::Kind::kAttr: os << attrs[o.first].to_string(); break;
       case Operand::Kind::kRuntime: os << "$" << runtime[o.first].to_string(); break;
-      case Operand::Kind::kRuntimeList: os << "$[" << o.count << " scalars]"; break;
+      case Operand::Kind::kRuntimeList:
+        os << "$[";
+        for (uint32_t k = 0; k < o.count; ++k) os << (k ? ", " : "") << runtime[o.first + k].to_string();
+        os << "]";
+        break;
       case Operand::Kind::kOptionalTensorList:
         os << "[%in" << o.first << "..+" << o.count << " of " << attrs[o.mask].to_string() << "]";
         break;
     }
   }
+  // Returns, then the new value of each input written in place ("%in0 := ...").
   os << ") -> (";
-  for (size_t k = 0; k < outputs.size(); ++k) os << (k ? ", " : "") << outputs[k].to_string();
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    os << (k ? ", " : "");
+    if (k >= num_returns && k - num_returns < mutated.size())
+      os << "%in" << mutated[k - num_returns] << " := ";
+    os << outputs[k].to_string();
+  }
   os << ")";
+  if (rng_runtime >= 0 && static_cast<size_t>(rng_runtime) + 1 < runtime.size())
+    os << " rng(" << runtime[rng_runtime].i << ", " << runtime[rng_runtime + 1].i << ")";
   return os.str();
 }
 

@@ -30,3 +30,21 @@ TEST(Pipeline, TimesEveryPassAndDumpsIrWhenAsked) {
   for (auto& f : std::filesystem::directory_iterator(dir)) files += f.is_regular_file();
   EXPECT_EQ(files, 6u);  // the input graph + one per pass
 }
+
+TEST(Pipeline, NamedPassesRunInPipelineOrderWhateverTheOrderGiven) {
+  GraphBuilder b;
+  auto x = b.param({4, 8});
+  auto g = ir::build_graph({b.op("aten::relu", {b.op("aten::exp", {x}, {4, 8})}, {4, 8})});
+  lowering::Program p = lowering::make_program(g);
+  lowering::run_passes(p, {"fusion-plan", "shape-constraints"});  // shapes first all the same
+  EXPECT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(lowering::passes_until("canonicalize"), (std::vector<std::string>{"verify", "canonicalize"}));
+  EXPECT_THROW(lowering::passes_until("cse"), std::invalid_argument);
+  lowering::Program q = lowering::make_program(g);
+  try {
+    lowering::run_passes(q, {"fusion-plan"});
+    FAIL() << "fusion-plan ran without symbolic dims";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the symbolic dims of shape-constraints"), std::string::npos);
+  }
+}

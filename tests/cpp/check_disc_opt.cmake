@@ -1,0 +1,27 @@
+# Runs the disc-opt binary on one IR test file, as a user would, and compares
+# its stdout (or, for a file with an ERROR line, its stderr and exit code 1)
+# with the file's CHECK / ERROR lines. Used by add_test in CMakeLists.txt:
+#   cmake -DDISC_OPT=<binary> -DIR_FILE=<file> -P check_disc_opt.cmake
+file(STRINGS "${IR_FILE}" lines)
+set(args "")
+set(expected "")
+set(error "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^# RUN: (.*)$")
+    separate_arguments(args UNIX_COMMAND "${CMAKE_MATCH_1}")
+  elseif(line MATCHES "^# CHECK: ?(.*)$")
+    string(APPEND expected "${CMAKE_MATCH_1}\n")
+  elseif(line MATCHES "^# ERROR: (.*)$")
+    set(error "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+execute_process(COMMAND "${DISC_OPT}" ${args} "${IR_FILE}"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(error)
+  string(FIND "${err}" "${error}" at)
+  if(NOT rc EQUAL 1 OR at EQUAL -1)
+    message(FATAL_ERROR "disc-opt ${args} ${IR_FILE}: exit ${rc}, stderr:\n${err}\nexpected exit 1 and:\n${error}")
+  endif()
+elseif(NOT rc EQUAL 0 OR NOT out STREQUAL expected)
+  message(FATAL_ERROR "disc-opt ${args} ${IR_FILE}: exit ${rc}\n--- got:\n${out}${err}--- expected:\n${expected}")
+endif()
