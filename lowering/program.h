@@ -33,6 +33,9 @@ struct ProgramOp {
   OpClass cls = OpClass::kOpaque;
   bool erased = false;
   int32_t group = -1;  // fusion group, or -1
+  // The library call (GEMM) this op runs inside as a oneDNN post-op, or -1:
+  // such an op is no kernel of its own and joins no fusion group.
+  int32_t epilogue_of = -1;
   // Symbol of each output dim (shape constraints); symbol 0 means "size 1".
   std::vector<std::vector<uint32_t>> dims;
 };
