@@ -51,6 +51,12 @@ size_t Program::library_calls() const {
   return n;
 }
 
+size_t Program::epilogues() const {
+  size_t n = 0;
+  for (const ProgramOp& op : ops) n += !op.erased && op.epilogue_of >= 0;
+  return n;
+}
+
 size_t Program::unfused_ops() const {
   size_t n = 0;
   for (const ProgramOp& op : ops)

@@ -60,6 +60,7 @@ struct Program {
   // Counts after fusion planning.
   size_t live_ops() const;
   size_t library_calls() const;
+  size_t epilogues() const;    // ops that run inside a library call
   size_t unfused_ops() const;  // live ops outside groups that are not data or library
   std::string to_string() const;
   // Hash of every decision the passes made: erased ops, rewired inputs,
