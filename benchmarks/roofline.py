@@ -9,6 +9,11 @@
   that also touches every page.
 * Compute: float32 GEMM throughput (``torch.mm``, ``n`` x ``n`` x ``n``,
   2 n^3 flops), best of ``reps``: the "measured GEMM peak".
+* The same GEMM through the disc device (``torch.mm`` of two disc tensors,
+  then ``torch_disc.sync()``: trace, cache lookup, and the compiled
+  executor's library call on oneDNN), best of ``reps``, as a fraction of the
+  theoretical FMA peak of the cores it ran on (the issue's target: >= 70%).
+  The ``library.onednn`` counter confirms every timed run took oneDNN.
 * A theoretical FMA peak where /proc/cpuinfo allows an estimate: physical
   cores x clock x float32 lanes of the widest vector ISA in the CPU flags
   (avx512f: 16, avx/avx2: 8, sse: 4) x 2 flops per FMA x FMA units per
@@ -180,12 +185,34 @@ def gemm(n, reps):
     return {"gflops": 2 * n ** 3 / seconds / 1e9, "seconds": seconds}
 
 
+def disc_gemm(n, reps):
+    """float32 GEMM through the disc device in GFLOP/s, or the reason it
+    could not run."""
+    try:
+        import torch_disc
+    except ImportError as exc:
+        return {"gflops": None, "error": f"torch_disc not importable: {exc}"}
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to("disc")
+    b = torch.randn(n, n, generator=gen).to("disc")
+    torch_disc.sync()
+    before = torch_disc.metrics.counters().get("library.onednn", 0)
+
+    def run():
+        c = torch.mm(a, b)  # noqa: F841 -- alive at the sync, so computed
+        torch_disc.sync()
+    seconds = best_seconds(run, reps)
+    on_onednn = torch_disc.metrics.counters().get("library.onednn", 0) - before
+    return {"gflops": 2 * n ** 3 / seconds / 1e9, "seconds": seconds,
+            "runs_on_onednn": on_onednn, "runs": reps + 1}
+
+
 def measure_at(threads, elements, n, reps):
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         return {"threads": threads, "stream": stream(elements, reps["stream"]),
-                "gemm": gemm(n, reps["gemm"])}
+                "gemm": gemm(n, reps["gemm"]), "disc_gemm": disc_gemm(n, reps["gemm"])}
     finally:
         torch.set_num_threads(previous)
 
@@ -206,6 +233,11 @@ def run(quick=False, elements=None, n=GEMM_N):
     if workload_threads < all_threads:
         results.append(measure_at(workload_threads, elements, n, reps))
     peak = theoretical_fma_peak(info)
+    cores = info["physical_cores_available"] or all_threads
+    for m in results:  # disc's GEMM against the FMA peak of the cores it used
+        g = m["disc_gemm"]
+        g["fraction_of_fma_peak"] = (g["gflops"] / (peak["gflops_per_core"] * min(m["threads"], cores))
+                                     if g["gflops"] and peak["gflops"] else None)
 
     def best(get):  # the highest figure over the thread counts, and its thread count
         m = max(results, key=get)
@@ -222,6 +254,7 @@ def run(quick=False, elements=None, n=GEMM_N):
                       + "; copy c = a (8 B/element), triad a = b + q*c (12 B/element), "
                         f"best of {reps['stream']}",
             "gemm": f"torch.mm float32 {n}x{n}x{n} (2 n^3 flops), best of {reps['gemm']}",
+            "disc_gemm": f"the same on disc tensors + torch_disc.sync() (oneDNN), best of {reps['gemm']}",
             "threads": "torch intra-op threads: every CPU of the affinity mask"
                        + (f", then the benchmark's own {workload_threads}"
                           if len(results) > 1 else ""),
@@ -251,6 +284,14 @@ def table(r):
                      + ("same arrays |" if i == 0 else "as above |"))
         lines.append(f"| measured GEMM peak | {m['gemm']['gflops']:.1f} GFLOP/s | {t} | "
                      + (f"{r['method']['gemm']} |" if i == 0 else "as above |"))
+        g = m["disc_gemm"]
+        if g["gflops"] is None:
+            lines.append(f"| disc GEMM (oneDNN) | n/a | {t} | {g['error']} |")
+        else:
+            frac = (f"{100 * g['fraction_of_fma_peak']:.0f}% of the FMA peak of {t} core(s)"
+                    if g["fraction_of_fma_peak"] else "no FMA peak estimate")
+            lines.append(f"| disc GEMM (oneDNN) | {g['gflops']:.1f} GFLOP/s | {t} | {frac}; "
+                         f"{g['runs_on_onednn']}/{g['runs']} runs on oneDNN |")
     peak = r["theoretical_fma_peak"]
     if peak["gflops"]:
         lines.append(f"| theoretical FMA peak (estimate) | {peak['gflops']:.1f} GFLOP/s "

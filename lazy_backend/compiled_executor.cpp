@@ -16,6 +16,7 @@
 #include <set>
 
 #include "lazy_backend/executor.h"
+#include "lazy_backend/library_calls.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/persistent_cache.h"
 #include "lazy_backend/replay.h"
@@ -111,6 +112,7 @@ class CompiledExecutable final : public Executable {
       replay_ops_.push_back(s.kernel < 0 && program_.ops[s.op].cls != lowering::OpClass::kData
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
                                 : std::nullopt);
+    library_ = plan_library_calls(program_);
   }
 
   std::vector<at::Tensor> run(const ir::Graph& g) override {
@@ -131,6 +133,10 @@ class CompiledExecutable final : public Executable {
       }
       std::vector<at::Tensor> ins;
       for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
+      if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
+        values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s]);
+        continue;
+      }
       std::vector<bool> in_place;
       if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
       values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
@@ -331,6 +337,7 @@ class CompiledExecutable final : public Executable {
   std::vector<Step> steps_;
   std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
+  std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
 };
 
 class CompiledExecutor final : public Executor {

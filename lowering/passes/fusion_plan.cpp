@@ -7,8 +7,8 @@
 // A producer group joins its consumer when every user of the producer is in
 // the consumer (so no cycle can form and no value is computed twice), both
 // iterate the same symbolic shape, and the kernel stays under the argument
-// cap. GEMMs and convolutions stay library calls; layout and opaque ops stay
-// alone.
+// cap. GEMMs and convolutions stay library calls (with the epilogues
+// library_epilogue gave them); layout and opaque ops stay alone.
 #include <algorithm>
 #include <set>
 
@@ -32,7 +32,7 @@ class Planner {
   void run() {
     for (uint32_t i = 0; i < p_.ops.size(); ++i) {
       ProgramOp& op = p_.ops[i];
-      if (op.erased || !is_fusible(op.cls)) continue;
+      if (op.erased || !is_fusible(op.cls) || op.epilogue_of >= 0) continue;
       FusionKind kind = op.cls == OpClass::kReduction ? FusionKind::kInput
                         : op.cls == OpClass::kStitch  ? FusionKind::kStitch
                                                       : FusionKind::kLoop;

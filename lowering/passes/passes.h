@@ -11,6 +11,8 @@ void verify(Program& p);
 void canonicalize(Program& p);
 // Gives every dim a symbol; equal symbols are equal sizes for any binding.
 void shape_constraints(Program& p);
+// Marks a relu on a GEMM's only use as that library call's epilogue.
+void library_epilogue(Program& p);
 // Groups ops into kLoop / kInput / kStitch kernels.
 void plan_fusion(Program& p);
 // Checks the plan: groups are acyclic and within the argument cap.

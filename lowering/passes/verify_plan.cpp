@@ -2,7 +2,8 @@
 //
 // Every kernel (group or single op) must be schedulable after its inputs: the
 // graph of kernels is acyclic. A kInput kernel holds exactly one reduction, a
-// kStitch kernel exactly one stitch op, and no erased op is in a group.
+// kStitch kernel exactly one stitch op, and no erased op or library
+// epilogue is in a group.
 #include <queue>
 
 #include "lowering/passes/passes.h"
@@ -23,6 +24,7 @@ void verify_plan(Program& p) {
     size_t reductions = 0, stitches = 0;
     for (uint32_t op : p.groups[g].ops) {
       if (p.ops[op].erased) fail(op, "erased op in group " + std::to_string(g));
+      if (p.ops[op].epilogue_of >= 0) fail(op, "library epilogue in group " + std::to_string(g));
       reductions += p.ops[op].cls == OpClass::kReduction;
       stitches += p.ops[op].cls == OpClass::kStitch;
     }

@@ -44,8 +44,11 @@ def report() -> str:
         ("hashing", f"{c['hash_ns'] / 1e6:.1f} ms"),
         ("compiling", f"{c['compile_ns'] / 1e6:.1f} ms"),
         ("executing", f"{c['execute_ns'] / 1e6:.1f} ms"),
-        ("kernels launched", "{} (fused {} / aten {})".format(
-            c.get("kernels_launched", 0), c.get("launches.fused", 0), c.get("launches.aten", 0))),
+        ("kernels launched", "{} (fused {} / library {} / aten {})".format(
+            c.get("kernels_launched", 0), c.get("launches.fused", 0),
+            c.get("launches.library", 0), c.get("launches.aten", 0))),
+        ("library calls", "oneDNN {} ({} with epilogue) / aten {}".format(
+            c.get("library.onednn", 0), c.get("library.epilogues", 0), c.get("library.aten", 0))),
         ("kernels generated", "{} ({} JIT-compiled, {} from the kernel cache)".format(
             c.get("kernels_compiled", 0), c.get("kernels_jitted", 0), c.get("kernel_cache_hits", 0))),
         ("planned kernels", "kLoop {} / kInput {} / kStitch {} / library {} / unfused {}".format(

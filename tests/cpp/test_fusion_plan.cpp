@@ -81,8 +81,8 @@ TEST(FusionPlan, BroadcastOfADifferentShapeIsNotFusedIntoTheLoop) {
 }
 
 TEST(FusionPlan, MlpForwardKernelCountIsPinned) {
-  // x -> addmm -> relu -> addmm -> log_softmax: 2 library calls, relu one
-  // kLoop kernel, log_softmax one kStitch kernel.
+  // x -> addmm -> relu -> addmm -> log_softmax: 2 library calls (the relu
+  // is the first one's epilogue), log_softmax one kStitch kernel.
   GraphBuilder b;
   auto x = b.param({32, 784});
   auto w1 = b.param({784, 256});
@@ -95,6 +95,7 @@ TEST(FusionPlan, MlpForwardKernelCountIsPinned) {
   auto ls = b.op("aten::_log_softmax", {o}, {32, 10}, {GraphBuilder::integer(1), GraphBuilder::boolean(false)});
   Program p = planned({ls});
   EXPECT_EQ(p.library_calls(), 2u);
-  EXPECT_EQ(p.groups.size(), 2u);
+  EXPECT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.epilogues(), 1u);
   EXPECT_EQ(p.unfused_ops(), 0u);
 }

@@ -1,0 +1,157 @@
+// GEMMs on oneDNN for the compiled executor. A GEMM goes to oneDNN when it is
+// float32 and, for addmm, beta == alpha == 1 with a bias of [n] (or one
+// value): nn.Linear's forward, and the mm's of every backward. Operands are
+// passed as they lie, transposed views included; only views that are not
+// dense row- or column-major are copied first.
+#include "lazy_backend/library_calls.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <string>
+
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/replay.h"
+#include "runtime/onednn_gemm.h"
+
+namespace disc {
+
+namespace {
+
+using runtime::GemmOperand;
+
+enum class Gemm : uint8_t { kMm, kAddmm, kBmm, kNone };
+
+Gemm gemm_kind(uint32_t op) {
+  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm"),
+                        bmm = ir::intern_op("aten::bmm");
+  return op == mm ? Gemm::kMm : op == addmm ? Gemm::kAddmm : op == bmm ? Gemm::kBmm : Gemm::kNone;
+}
+
+// The value of scalar operand `pos` (a constant or runtime data), if numeric.
+std::optional<double> scalar_operand(const ir::Node& n, size_t pos) {
+  if (pos >= n.operands.size()) return std::nullopt;
+  const ir::Operand& o = n.operands[pos];
+  const ir::Attr* a = o.kind == ir::Operand::Kind::kAttr      ? &n.attrs[o.first]
+                      : o.kind == ir::Operand::Kind::kRuntime ? &n.runtime[o.first]
+                                                              : nullptr;
+  if (!a) return std::nullopt;
+  if (a->kind == ir::Attr::Kind::kScalarDouble || a->kind == ir::Attr::Kind::kDouble) return a->d;
+  if (a->kind == ir::Attr::Kind::kScalarInt || a->kind == ir::Attr::Kind::kInt) return a->i;
+  return std::nullopt;
+}
+
+// `t` as oneDNN reads it (rows x cols, `batch` of them): as it lies, or a
+// contiguous copy when it is no dense row- or column-major view.
+GemmOperand operand(at::Tensor& t, bool batched) {
+  const int64_t d = batched ? 1 : 0;
+  auto view = [&] {
+    return GemmOperand{t.data_ptr<float>(), batched ? t.stride(0) : 0, t.stride(d), t.stride(d + 1)};
+  };
+  const int64_t batch = batched ? t.size(0) : 1;
+  if (!runtime::gemm_operand_supported(view(), t.size(d), t.size(d + 1), batch)) {
+    t = t.contiguous();
+    metrics::bump("library.operand_copies");
+  }
+  return view();
+}
+
+// Why a GEMM must run on ATen, or nullptr when oneDNN takes it.
+const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tensor>& ins) {
+  for (const at::Tensor& t : ins)
+    if (t.scalar_type() != at::kFloat) return "dtype";
+  if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kFloat32) return "dtype";
+  if (kind != Gemm::kAddmm) return nullptr;
+  if (scalar_operand(n, 3) != 1.0 || scalar_operand(n, 4) != 1.0) return "scale";
+  const at::Tensor& bias = ins[0];
+  const int64_t cols = ins[2].size(1);
+  const bool row = bias.dim() == 1 || (bias.dim() == 2 && bias.size(0) == 1);
+  if (bias.numel() != 1 && !(row && bias.size(-1) == cols)) return "bias";
+  return nullptr;
+}
+
+at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, bool relu) {
+  const bool batched = kind == Gemm::kBmm;
+  at::Tensor& a = ins[kind == Gemm::kAddmm ? 1 : 0];
+  at::Tensor& b = ins[kind == Gemm::kAddmm ? 2 : 1];
+  const int64_t d = batched ? 1 : 0;
+  at::Tensor out = at::empty(n.outputs[0].sizes, at::kFloat);
+  runtime::Gemm g;
+  g.batched = batched;
+  g.batch = batched ? a.size(0) : 1;
+  g.m = a.size(d), g.k = a.size(d + 1), g.n = b.size(d + 1);
+  TORCH_INTERNAL_ASSERT(out.numel() == g.batch * g.m * g.n, "disc: ", ir::op_name(n.op),
+                        " output size differs from its trace");
+  g.a = operand(a, batched);
+  g.b = operand(b, batched);
+  at::Tensor bias;
+  if (kind == Gemm::kAddmm) {
+    bias = ins[0].reshape({-1}).expand({g.n});
+    if (g.n > 1 && bias.stride(0) != 1) {
+      bias = bias.contiguous();
+      metrics::bump("library.operand_copies");
+    }
+    g.bias = bias.data_ptr<float>();
+  }
+  g.c = out.data_ptr<float>();
+  g.relu = relu;
+  // oneDNN's parallel regions are sized by this thread's OpenMP setting:
+  // make it torch's (a thread that never ran a torch kernel has the default).
+  at::internal::lazy_init_num_threads();
+  switch (runtime::onednn_gemm(g)) {
+    case runtime::PrimitiveUse::kCreated: metrics::bump("onednn.primitives_created"); break;
+    case runtime::PrimitiveUse::kReused: metrics::bump("onednn.primitive_reuses"); break;
+    case runtime::PrimitiveUse::kNone: break;
+  }
+  metrics::bump("library.onednn");
+  if (relu) metrics::bump("library.epilogues");
+  return out;
+}
+
+// The short op name for library.aten.<op>: "aten::addmm" -> "addmm".
+std::string short_name(uint32_t op) {
+  const std::string& full = ir::op_name(op);
+  const size_t ns = full.find("::");
+  return ns == std::string::npos ? full : full.substr(ns + 2);
+}
+
+}  // namespace
+
+std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Program& p) {
+  std::vector<std::optional<LibraryCall>> calls(p.ops.size());
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const lowering::ProgramOp& op = p.ops[i];
+    if (op.erased) continue;
+    if (op.epilogue_of >= 0) {
+      calls[i] = LibraryCall{LibraryCall::Kind::kEpilogue, false};
+      std::optional<LibraryCall>& gemm = calls[op.epilogue_of];  // ops come after their inputs
+      TORCH_INTERNAL_ASSERT(gemm && gemm->kind == LibraryCall::Kind::kGemm,
+                            "disc: epilogue of a non-GEMM op");
+      gemm->relu = true;
+    } else if (op.cls == lowering::OpClass::kLibrary) {
+      const bool gemm = gemm_kind(op.node->op) != Gemm::kNone;
+      calls[i] = LibraryCall{gemm ? LibraryCall::Kind::kGemm : LibraryCall::Kind::kAten, false};
+    }
+  }
+  return calls;
+}
+
+std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node& n,
+                                         std::vector<at::Tensor> ins,
+                                         const c10::OperatorHandle& aten) {
+  // The GEMM wrote relu's result already; its own value has no other reader.
+  if (call.kind == LibraryCall::Kind::kEpilogue) return {ins[0]};
+  metrics::bump("kernels_launched");
+  metrics::bump("launches.library");
+  const Gemm kind = gemm_kind(n.op);
+  const char* why = call.kind == LibraryCall::Kind::kGemm ? aten_reason(kind, n, ins) : "op";
+  if (!why) return {run_gemm(kind, n, ins, call.relu)};
+  metrics::bump("library.aten");
+  metrics::bump("library.aten." + short_name(n.op));
+  metrics::bump(std::string("library.aten_reason.") + why);
+  std::vector<at::Tensor> outs = replay(aten, n, std::move(ins));
+  if (call.relu) outs[0] = at::relu(outs[0]);
+  return outs;
+}
+
+}  // namespace disc

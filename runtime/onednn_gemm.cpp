@@ -1,0 +1,169 @@
+// oneDNN matmul primitives with runtime sizes, cached by rank, operand
+// layouts, bias and post-op.
+//
+// Threading: Debian's libdnnl 2.6 is built with the OpenMP runtime
+// (DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP in dnnl_config.h) against
+// libgomp.so.1. The torch wheel ships its own libgomp under the same soname
+// (torch/lib/libgomp.so.1) and loads it first, so the dynamic loader binds
+// libdnnl to torch's copy: one OpenMP runtime and one thread pool in the
+// process, and at::set_num_threads (omp_set_num_threads on the calling
+// thread) also sizes oneDNN's parallel regions. The wheel's own oneDNN
+// (3.x, inside libtorch_cpu) exports no dnnl_* symbols, so the two versions
+// do not collide. Without torch (test_runtime) the system libgomp serves.
+//
+// Runtime dims: oneDNN 2.6's CPU matmul takes DNNL_RUNTIME_DIM_VAL for m, n,
+// k and the batch when the layouts are fixed by format tags (ab / ba, abc /
+// acb), and then runs its JIT sgemm ("gemm:jit" in DNNL_VERBOSE). Runtime
+// *strides* are accepted too, but select the reference implementation
+// ("ref:any", orders of magnitude slower), so layouts are part of the key
+// and only dense operands are taken.
+#include "runtime/onednn_gemm.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace disc::runtime {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+constexpr int64_t kRt = DNNL_RUNTIME_DIM_VAL;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+enum class Layout : uint8_t { kRowMajor, kColMajor, kOther };
+
+// Dense row- or column-major; a size-1 dim's stride does not matter.
+Layout layout_of(const GemmOperand& x, int64_t rows, int64_t cols, int64_t batch) {
+  auto fits = [&](int64_t size, int64_t stride, int64_t want) { return size <= 1 || stride == want; };
+  if (!fits(batch, x.batch_stride, rows * cols)) return Layout::kOther;
+  if (fits(rows, x.row_stride, cols) && fits(cols, x.col_stride, 1)) return Layout::kRowMajor;
+  if (fits(rows, x.row_stride, 1) && fits(cols, x.col_stride, rows)) return Layout::kColMajor;
+  return Layout::kOther;
+}
+
+Tag tag_of(bool batched, Layout l) {
+  if (batched) return l == Layout::kRowMajor ? Tag::abc : Tag::acb;
+  return l == Layout::kRowMajor ? Tag::ab : Tag::ba;
+}
+
+// What the generated code depends on; sizes are not in it.
+struct Key {
+  bool batched;
+  Layout a, b;
+  bool bias, relu;
+  bool operator<(const Key& o) const {
+    return std::tie(batched, a, b, bias, relu) < std::tie(o.batched, o.a, o.b, o.bias, o.relu);
+  }
+};
+
+// Descriptors with every size `size` (kRt when making the primitive).
+struct Descs {
+  memory::desc a, b, bias, c;
+};
+Descs descs(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k) {
+  auto md = [&](int64_t rows, int64_t cols, Layout l) {
+    memory::dims dims = key.batched ? memory::dims{batch, rows, cols} : memory::dims{rows, cols};
+    return memory::desc(dims, memory::data_type::f32, tag_of(key.batched, l));
+  };
+  Descs d{md(m, k, key.a), md(k, n, key.b), {}, md(m, n, Layout::kRowMajor)};
+  if (key.bias) d.bias = memory::desc({1, n}, memory::data_type::f32, Tag::ab);
+  return d;
+}
+
+dnnl::matmul make_primitive(const Key& key) {
+  dnnl::primitive_attr attr;
+  if (key.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  Descs d = descs(key, kRt, kRt, kRt, kRt);
+  dnnl::matmul::desc desc(d.a, d.b, d.bias, d.c);
+  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+}
+
+std::mutex& cache_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<Key, std::shared_ptr<const dnnl::matmul>>& cache() {
+  static std::map<Key, std::shared_ptr<const dnnl::matmul>> c;
+  return c;
+}
+
+// The cached primitive for `key`; `created` says whether this call made it.
+// oneDNN allows one primitive to execute on several threads at once.
+std::shared_ptr<const dnnl::matmul> primitive(const Key& key, bool* created) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto& slot = cache()[key];
+  *created = !slot;
+  if (!slot) slot = std::make_shared<const dnnl::matmul>(make_primitive(key));
+  return slot;
+}
+
+// k == 0: the product is zero, so C is the bias (or 0), rectified.
+void fill_bias(const Gemm& g, int64_t batch) {
+  for (int64_t r = 0; r < batch * g.m; ++r)
+    for (int64_t j = 0; j < g.n; ++j) {
+      const float v = g.bias ? g.bias[j] : 0.f;
+      g.c[r * g.n + j] = g.relu ? std::max(v, 0.f) : v;
+    }
+}
+
+}  // namespace
+
+bool gemm_operand_supported(const GemmOperand& x, int64_t rows, int64_t cols, int64_t batch) {
+  return layout_of(x, rows, cols, batch) != Layout::kOther;
+}
+
+PrimitiveUse onednn_gemm(const Gemm& g) {
+  const int64_t batch = g.batched ? g.batch : 1;
+  if (g.m == 0 || g.n == 0 || batch == 0) return PrimitiveUse::kNone;
+  if (g.k == 0) {
+    fill_bias(g, batch);
+    return PrimitiveUse::kNone;
+  }
+  const Key key{g.batched, layout_of(g.a, g.m, g.k, batch), layout_of(g.b, g.k, g.n, batch),
+                g.bias != nullptr, g.relu};
+  if (key.a == Layout::kOther || key.b == Layout::kOther)
+    throw std::invalid_argument("onednn_gemm: an operand is neither dense row- nor column-major");
+  // oneDNN 2.6 creates no matmul with a runtime batch and a bias ({1, 1, n}).
+  if (g.batched && g.bias) throw std::invalid_argument("onednn_gemm: a batched GEMM takes no bias");
+
+  bool created = false;
+  std::shared_ptr<const dnnl::matmul> prim = primitive(key, &created);
+  dnnl::engine& eng = cpu_engine();
+  Descs d = descs(key, batch, g.m, g.n, g.k);
+  auto mem = [&](const memory::desc& md, const float* p) {
+    return memory(md, eng, const_cast<float*>(p));
+  };
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(d.a, g.a.data)},
+      {DNNL_ARG_WEIGHTS, mem(d.b, g.b.data)},
+      {DNNL_ARG_DST, mem(d.c, g.c)},
+  };
+  if (g.bias) args.emplace(DNNL_ARG_BIAS, mem(d.bias, g.bias));
+  dnnl::stream stream(eng);
+  prim->execute(stream, args);
+  stream.wait();
+  return created ? PrimitiveUse::kCreated : PrimitiveUse::kReused;
+}
+
+void clear_gemm_primitives() {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  cache().clear();
+}
+
+}  // namespace disc::runtime

@@ -1,0 +1,50 @@
+// float32 GEMM through oneDNN's matmul primitive, torch-free:
+//   C[b][m,n] = relu?(A[b][m,k] @ B[b][k,n] + bias[n])
+// Operands are raw pointers with explicit strides, so transposed views
+// (x.t(), nn.Linear's weight) run without a copy. One primitive serves every
+// size: m, n, k and the batch are runtime values, so primitives are cached
+// only by what changes the generated code (rank, which operand is
+// transposed, bias, post-op) and a new batch size creates nothing.
+#pragma once
+#include <cstdint>
+
+namespace disc::runtime {
+
+// A strided float32 matrix, or a batch of them (batch_stride unused for mm).
+struct GemmOperand {
+  const float* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t row_stride = 0;
+  int64_t col_stride = 1;
+};
+
+struct Gemm {
+  bool batched = false;  // bmm: 3-D descriptors, `batch` matrices
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;             // a: [m, k], b: [k, n]
+  const float* bias = nullptr;  // [n] contiguous, or null; mm only
+  float* c = nullptr;           // [m, n], dense row-major, written
+  bool relu = false;  // a oneDNN eltwise post-op, not a second pass
+};
+
+enum class PrimitiveUse : uint8_t {
+  kCreated,  // a new primitive was made (and cached)
+  kReused,   // the cached one ran
+  kNone,     // no primitive ran: the output is empty, or k == 0 (C = bias)
+};
+
+// Whether onednn_gemm takes `x` as it is: a dense row-major or column-major
+// (transposed) matrix or batch of them; strides of size-1 dims are ignored.
+// False for other views (a slice, a broadcast batch): the caller copies them.
+bool gemm_operand_supported(const GemmOperand& x, int64_t rows, int64_t cols, int64_t batch);
+
+// Runs `g`; throws std::invalid_argument for an operand gemm_operand_supported
+// rejects. Thread-safe. The result says whether a primitive was created, so
+// the caller can count creations and reuses in its own metrics.
+PrimitiveUse onednn_gemm(const Gemm& g);
+
+// Drops every cached primitive (tests that pin creation counts).
+void clear_gemm_primitives();
+
+}  // namespace disc::runtime

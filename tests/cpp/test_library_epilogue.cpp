@@ -1,0 +1,116 @@
+// library_epilogue: a relu on a float32 GEMM's only use becomes its oneDNN
+// post-op; every other relu stays an element-wise op.
+#include <gtest/gtest.h>
+
+#include "graph_builder.h"
+#include "lowering/passes/passes.h"
+#include "lowering/pipeline.h"
+
+using namespace disc;
+using namespace disc::lowering;
+using disc::testing::GraphBuilder;
+
+namespace {
+
+Program run_pass(std::vector<ir::Value> roots) {
+  Program p = make_program(ir::build_graph(roots));
+  library_epilogue(p);
+  return p;
+}
+
+uint32_t index_of(const Program& p, const ir::Value& v) {
+  for (uint32_t i = 0; i < p.ops.size(); ++i)
+    if (p.ops[i].node == v.node.get()) return i;
+  ADD_FAILURE() << "value not in the program";
+  return 0;
+}
+
+struct Linear {
+  GraphBuilder b;
+  ir::Value x = b.param({32, 784}), w = b.param({784, 256}), bias = b.param({256});
+  ir::Value addmm = b.op("aten::addmm", {bias, x, w}, {32, 256});
+  ir::Value relu = b.op("aten::relu", {addmm}, {32, 256});
+};
+
+}  // namespace
+
+TEST(LibraryEpilogue, ReluOnAddmmBecomesItsPostOp) {
+  Linear l;
+  Program p = run_pass({l.relu});
+  EXPECT_EQ(p.ops[index_of(p, l.relu)].epilogue_of, static_cast<int32_t>(index_of(p, l.addmm)));
+  EXPECT_NE(p.to_string().find("epilogue of %"), std::string::npos);
+}
+
+TEST(LibraryEpilogue, ReluOnMmToo) {
+  GraphBuilder b;
+  auto x = b.param({5, 7}), w = b.param({7, 3});
+  auto mm = b.op("aten::mm", {x, w}, {5, 3});
+  auto r = b.op("aten::relu", {mm}, {5, 3});
+  Program p = run_pass({r});
+  EXPECT_EQ(p.ops[index_of(p, r)].epilogue_of, static_cast<int32_t>(index_of(p, mm)));
+}
+
+TEST(LibraryEpilogue, AbsorbedReluJoinsNoFusionGroupAndChangesTheSignature) {
+  // relu -> mul would be a kLoop kernel; as an epilogue the relu stays out
+  // and the mul is a lone op.
+  Linear l;
+  auto m = l.b.op("aten::mul.Tensor", {l.relu, l.relu}, {32, 256});
+  Program p = compile(ir::build_graph({m})).program;
+  const ProgramOp& relu = p.ops[index_of(p, l.relu)];
+  EXPECT_GE(relu.epilogue_of, 0);
+  EXPECT_LT(relu.group, 0);
+  Program unmarked = p;
+  unmarked.ops[index_of(p, l.relu)].epilogue_of = -1;
+  EXPECT_NE(p.signature(), unmarked.signature());
+}
+
+TEST(LibraryEpilogue, GemmWithAnotherUserKeepsItsRelu) {
+  // The un-rectified value is still read (by the add): no post-op may touch it.
+  Linear l;
+  auto other = l.b.op("aten::add.Tensor", {l.addmm, l.relu}, {32, 256});
+  Program p = run_pass({other});
+  EXPECT_EQ(p.ops[index_of(p, l.relu)].epilogue_of, -1);
+}
+
+TEST(LibraryEpilogue, GemmThatIsAGraphOutputKeepsItsRelu) {
+  Linear l;
+  Program p = run_pass({l.relu, l.addmm});
+  EXPECT_EQ(p.ops[index_of(p, l.relu)].epilogue_of, -1);
+}
+
+TEST(LibraryEpilogue, NonFloat32GemmKeepsItsRelu) {
+  // oneDNN runs float32 GEMMs only; a float64 mm stays on ATen.
+  GraphBuilder b;
+  auto x = b.param({5, 7}, ir::DType::kFloat64), w = b.param({7, 3}, ir::DType::kFloat64);
+  auto mm = b.op("aten::mm", {x, w}, {5, 3});
+  auto r = b.op("aten::relu", {mm}, {5, 3});
+  for (auto* n : {mm.node.get(), r.node.get()}) {
+    n->outputs[0].dtype = ir::DType::kFloat64;
+    n->finalize();
+  }
+  Program p = run_pass({r});
+  EXPECT_EQ(p.ops[index_of(p, r)].epilogue_of, -1);
+}
+
+TEST(LibraryEpilogue, OnlyMmAndAddmmTakeEpilogues) {
+  // bmm and convolution run elsewhere (bmm without a bias, conv on ATen);
+  // and a relu on an element-wise op is a kLoop matter.
+  GraphBuilder b;
+  auto x = b.param({2, 5, 7}), w = b.param({2, 7, 3});
+  auto bmm = b.op("aten::bmm", {x, w}, {2, 5, 3});
+  auto r1 = b.op("aten::relu", {bmm}, {2, 5, 3});
+  auto e = b.op("aten::exp", {x}, {2, 5, 7});
+  auto r2 = b.op("aten::relu", {e}, {2, 5, 7});
+  Program p = run_pass({r1, r2});
+  EXPECT_EQ(p.ops[index_of(p, r1)].epilogue_of, -1);
+  EXPECT_EQ(p.ops[index_of(p, r2)].epilogue_of, -1);
+}
+
+TEST(LibraryEpilogue, RerunningThePassIsStable) {
+  Linear l;
+  Program p = run_pass({l.relu});
+  library_epilogue(p);
+  size_t marked = 0;
+  for (const ProgramOp& op : p.ops) marked += op.epilogue_of >= 0;
+  EXPECT_EQ(marked, 1u);
+}

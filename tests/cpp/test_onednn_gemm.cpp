@@ -1,0 +1,131 @@
+// runtime/onednn_gemm against a naive loop: every transpose of A and B, bias,
+// relu, batched, sizes 0 / 1 / odd, and one primitive for every size.
+#include "runtime/onednn_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+using namespace disc::runtime;
+
+namespace {
+
+// A batch of rows x cols matrices, stored row-major or transposed
+// (column-major, as x.t() of a contiguous tensor is).
+struct Mat {
+  int64_t batch, rows, cols;
+  bool transposed;
+  std::vector<float> data;
+  Mat(int64_t b, int64_t r, int64_t c, bool t, std::mt19937& rng)
+      : batch(b), rows(r), cols(c), transposed(t), data(b * r * c) {
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    for (float& v : data) v = d(rng);
+  }
+  GemmOperand operand() const {
+    return {data.data(), rows * cols, transposed ? 1 : cols, transposed ? rows : 1};
+  }
+  float at(int64_t b, int64_t i, int64_t j) const {
+    GemmOperand o = operand();
+    return data[b * o.batch_stride + i * o.row_stride + j * o.col_stride];
+  }
+};
+
+struct Case {
+  int64_t batch, m, n, k;
+  bool batched, ta, tb, bias, relu;
+};
+
+// Runs one case through oneDNN and the loop; returns how the primitive was used.
+PrimitiveUse check(const Case& c) {
+  std::mt19937 rng(static_cast<unsigned>(c.m * 131 + c.n * 17 + c.k + c.batch * 7));
+  const int64_t batch = c.batched ? c.batch : 1;
+  Mat a(batch, c.m, c.k, c.ta, rng), b(batch, c.k, c.n, c.tb, rng), bias(1, 1, c.n, false, rng);
+  std::vector<float> out(batch * c.m * c.n, NAN);
+  Gemm g;
+  g.batched = c.batched;
+  g.batch = c.batch;
+  g.m = c.m, g.n = c.n, g.k = c.k;
+  g.a = a.operand(), g.b = b.operand();
+  g.bias = c.bias ? bias.data.data() : nullptr;
+  g.c = out.data();
+  g.relu = c.relu;
+  PrimitiveUse use = onednn_gemm(g);
+  for (int64_t p = 0; p < batch; ++p)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double want = c.bias ? bias.data[j] : 0.0;
+        for (int64_t l = 0; l < c.k; ++l) want += double(a.at(p, i, l)) * b.at(p, l, j);
+        if (c.relu) want = std::max(want, 0.0);
+        const float got = out[(p * c.m + i) * c.n + j];
+        EXPECT_NEAR(got, want, 1e-4 * (1 + c.k))
+            << "b" << p << " i" << i << " j" << j << " m" << c.m << " n" << c.n << " k" << c.k
+            << " ta" << c.ta << " tb" << c.tb << " bias" << c.bias << " relu" << c.relu;
+      }
+  return use;
+}
+
+}  // namespace
+
+TEST(OnednnGemm, MatchesNaiveLoopForEveryTransposeBiasAndRelu) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool bias : {false, true})
+        for (bool relu : {false, true})
+          for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 10, 784}})
+            check({1, m, n, k, false, ta, tb, bias, relu});
+}
+
+TEST(OnednnGemm, BatchedMatchesNaiveLoop) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t batch : {1, 3})
+        check({batch, 5, 7, 9, true, ta, tb, false, false});
+  check({4, 6, 3, 11, true, false, true, false, true});  // relu batched too
+}
+
+TEST(OnednnGemm, EmptySizesRunNoPrimitive) {
+  EXPECT_EQ(check({1, 0, 5, 3, false, false, false, true, false}), PrimitiveUse::kNone);
+  EXPECT_EQ(check({1, 4, 0, 3, false, false, false, false, false}), PrimitiveUse::kNone);
+  EXPECT_EQ(check({0, 4, 5, 3, true, false, false, false, false}), PrimitiveUse::kNone);
+  // k == 0: the product is empty, the output is the bias, rectified.
+  EXPECT_EQ(check({1, 4, 5, 0, false, false, false, true, true}), PrimitiveUse::kNone);
+  EXPECT_EQ(check({2, 4, 5, 0, true, false, false, false, false}), PrimitiveUse::kNone);
+}
+
+TEST(OnednnGemm, OnePrimitiveServesEverySizeAndLayout) {
+  clear_gemm_primitives();
+  EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, true}), PrimitiveUse::kCreated);
+  EXPECT_EQ(check({1, 37, 8, 16, false, false, false, true, true}), PrimitiveUse::kReused);
+  EXPECT_EQ(check({1, 1, 9, 3, false, false, false, true, true}), PrimitiveUse::kReused);
+  // Another layout, post-op or rank is another primitive.
+  EXPECT_EQ(check({1, 37, 9, 3, false, true, false, true, true}), PrimitiveUse::kCreated);
+  EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, false}), PrimitiveUse::kCreated);
+  EXPECT_EQ(check({3, 5, 8, 16, true, false, false, false, false}), PrimitiveUse::kCreated);
+  EXPECT_EQ(check({7, 2, 8, 16, true, false, false, false, false}), PrimitiveUse::kReused);
+}
+
+TEST(OnednnGemm, StridedViewsWithoutAUnitStrideAreRejected) {
+  // Every other column of a 4 x 8 matrix, and its first 4 columns: the
+  // caller copies them (runtime strides would select oneDNN's slow
+  // reference matmul).
+  std::vector<float> x(32, 1.f), y(16, 1.f), out(16);
+  GemmOperand strided{x.data(), 32, 8, 2};
+  EXPECT_FALSE(gemm_operand_supported(strided, 4, 4, 1));
+  EXPECT_FALSE(gemm_operand_supported({x.data(), 32, 8, 1}, 4, 4, 1));
+  EXPECT_TRUE(gemm_operand_supported({x.data(), 32, 8, 1}, 4, 8, 1));
+  EXPECT_TRUE(gemm_operand_supported({x.data(), 32, 1, 4}, 4, 8, 1));  // transposed
+  EXPECT_TRUE(gemm_operand_supported({x.data(), 32, 0, 1}, 1, 8, 1));  // one row: any row stride
+  EXPECT_FALSE(gemm_operand_supported({x.data(), 0, 8, 1}, 4, 8, 2));  // broadcast batch
+  EXPECT_TRUE(gemm_operand_supported({x.data(), 0, 8, 1}, 4, 8, 1));   // one matrix
+  Gemm g;
+  g.m = 4, g.n = 4, g.k = 4;
+  g.a = strided, g.b = {y.data(), 16, 4, 1};
+  g.c = out.data();
+  EXPECT_THROW(onednn_gemm(g), std::invalid_argument);
+  // bmm has no bias in ATen, and oneDNN 2.6 makes no runtime-batch primitive with one.
+  g.a = {x.data(), 16, 4, 1}, g.batched = true, g.bias = y.data();
+  EXPECT_THROW(onednn_gemm(g), std::invalid_argument);
+}

@@ -1,0 +1,154 @@
+"""GEMMs on oneDNN in the compiled executor: float32 mm / addmm / bmm run as
+oneDNN matmul primitives (a relu on a Linear as its post-op), everything else
+of the library class on ATen, counted. The reference executor is the oracle."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_disc
+from examples.mnist.train import build_model
+
+
+@pytest.fixture
+def executor():
+    """Call with "compiled" or "reference"; restores the default after."""
+    default = os.environ.get("DISC_EXECUTOR", "compiled")
+    yield torch_disc._C.set_executor
+    torch_disc._C.set_executor(default)
+
+
+def counted(fn):
+    """Runs fn, syncs; returns its result (on CPU) and the counters of the run."""
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    out = fn()
+    torch_disc.sync()
+    c = torch_disc.metrics.counters()
+    cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
+    return cpu, c
+
+
+def mlp_step(batch, seed=0):
+    """One MLP training step (forward, cross-entropy, backward) on disc;
+    returns [loss, *grads]."""
+    torch.manual_seed(seed)
+    model = build_model("mlp").to("disc")
+    x = torch.randn(batch, 1, 28, 28).to("disc")
+    y = torch.randint(0, 10, (batch,)).to("disc")
+    torch_disc.sync()
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return [loss.detach()] + [p.grad for p in model.parameters()]
+    return step
+
+
+def library(c):
+    keys = ("library.onednn", "library.aten", "library.epilogues")
+    return tuple(c.get(k, 0) for k in keys)
+
+
+def test_mlp_step_matches_the_reference_executor_with_pinned_counters(executor):
+    executor("reference")
+    want, ref = counted(mlp_step(64))
+    assert library(ref) == (0, 0, 0)  # the oracle runs every op on ATen
+    executor("compiled")
+    got, c = counted(mlp_step(64))
+    # 3 addmm forward; backward: 3 weight-grad mm + 2 input-grad mm (the
+    # first layer's input needs none). The two hidden Linear+ReLU pairs run
+    # the relu as a post-op.
+    assert library(c) == (8, 0, 2)
+    assert c.get("onednn.primitives_created", 0) + c.get("onednn.primitive_reuses", 0) == 8
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_new_batch_size_reuses_every_primitive(executor):
+    executor("compiled")
+    counted(mlp_step(64))
+    _, c = counted(mlp_step(37))  # m is a runtime dim: no new primitive
+    assert library(c) == (8, 0, 2)
+    assert c.get("onednn.primitives_created", 0) == 0
+    assert c["onednn.primitive_reuses"] == 8
+
+
+def test_transposed_operands_and_bias_forms(executor):
+    torch.manual_seed(1)
+    a, b = torch.randn(13, 7), torch.randn(7, 9)
+    at, bt = a.t().contiguous(), b.t().contiguous()
+    bias, bias_row, one = torch.randn(9), torch.randn(1, 9), torch.randn(1)
+
+    def cases(dev):
+        d = lambda t: t.to(dev)  # noqa: E731
+        return [
+            d(a) @ d(b),
+            d(at).t() @ d(b),                   # A column-major, no copy
+            d(a) @ d(bt).t(),                   # B column-major (nn.Linear's weight)
+            d(at).t() @ d(bt).t(),
+            torch.addmm(d(bias), d(a), d(b)),
+            torch.addmm(d(bias_row), d(at).t(), d(b)),
+            torch.addmm(d(one), d(a), d(bt).t()),
+            torch.relu(torch.addmm(d(bias), d(a), d(b))),
+            torch.relu(d(a) @ d(b)),
+        ]
+    executor("compiled")
+    got, c = counted(lambda: cases("disc"))
+    assert library(c) == (9, 0, 2)
+    assert c["library.operand_copies"] == 1  # the one-value bias, broadcast to a row
+    for g, w in zip(got, cases("cpu")):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert g.is_contiguous() and g.dtype == torch.float32
+
+
+def test_a_view_that_is_not_dense_is_copied_and_counted(executor):
+    x, w = torch.randn(6, 16), torch.randn(8, 5)
+    executor("compiled")
+    got, c = counted(lambda: x.to("disc")[:, ::2] @ w.to("disc"))
+    assert library(c) == (1, 0, 0) and c["library.operand_copies"] == 1
+    torch.testing.assert_close(got, x[:, ::2] @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_bmm_runs_on_onednn(executor):
+    torch.manual_seed(2)
+    a, b = torch.randn(4, 5, 6), torch.randn(4, 3, 6)
+    executor("compiled")
+    empty = torch.randn(0, 5, 6), torch.randn(0, 6, 3)
+    got, c = counted(lambda: [torch.bmm(a.to("disc"), b.to("disc").transpose(1, 2)),
+                              torch.bmm(a.to("disc").transpose(1, 2), a.to("disc")),
+                              torch.bmm(empty[0].to("disc"), empty[1].to("disc"))])
+    assert library(c) == (3, 0, 0) and c.get("library.operand_copies", 0) == 0
+    torch.testing.assert_close(got[0], torch.bmm(a, b.transpose(1, 2)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], torch.bmm(a.transpose(1, 2), a), rtol=1e-5, atol=1e-5)
+    assert got[2].shape == (0, 5, 3)
+
+
+def test_sizes_zero_and_one(executor):
+    executor("compiled")
+    for m, k, n in ((0, 4, 3), (1, 1, 1), (5, 0, 3), (1, 7, 1)):
+        a, b, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
+        got, c = counted(lambda: [torch.relu(torch.addmm(bias.to("disc"), a.to("disc"), b.to("disc"))),
+                                  a.to("disc") @ b.to("disc")])
+        assert c["library.onednn"] == 2, (m, k, n)
+        torch.testing.assert_close(got[0], torch.relu(torch.addmm(bias, a, b)), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got[1], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_float64_and_scaled_addmm_run_on_aten_and_are_counted(executor):
+    a, b, bias = torch.randn(5, 4, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64), torch.randn(3)
+    af, bf = a.float(), b.float()
+    executor("compiled")
+    got, c = counted(lambda: torch.relu(a.to("disc") @ b.to("disc")))
+    assert library(c) == (0, 1, 0) and c["library.aten.mm"] == 1
+    assert c["library.aten_reason.dtype"] == 1
+    torch.testing.assert_close(got, torch.relu(a @ b))
+    got, c = counted(lambda: torch.addmm(bias.to("disc"), af.to("disc"), bf.to("disc"), beta=0.5, alpha=2))
+    assert library(c) == (0, 1, 0) and c["library.aten.addmm"] == 1
+    assert c["library.aten_reason.scale"] == 1
+    torch.testing.assert_close(got, torch.addmm(bias, af, bf, beta=0.5, alpha=2))
+    full = torch.randn(5, 3)  # a bias per element, not per column
+    got, c = counted(lambda: torch.addmm(full.to("disc"), af.to("disc"), bf.to("disc")))
+    assert c["library.aten_reason.bias"] == 1
+    torch.testing.assert_close(got, torch.addmm(full, af, bf))
