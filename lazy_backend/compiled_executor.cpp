@@ -15,6 +15,7 @@
 #include <queue>
 #include <set>
 
+#include "lazy_backend/conv_calls.h"
 #include "lazy_backend/executor.h"
 #include "lazy_backend/library_calls.h"
 #include "lazy_backend/metrics.h"
@@ -113,6 +114,7 @@ class CompiledExecutable final : public Executable {
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
                                 : std::nullopt);
     library_ = plan_library_calls(program_);
+    to_nchw_ = plan_conv_layouts(program_).to_nchw;
   }
 
   std::vector<at::Tensor> run(const ir::Graph& g) override {
@@ -135,12 +137,15 @@ class CompiledExecutable final : public Executable {
       for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
       if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
         values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s]);
+        if (!to_nchw_[i].empty()) make_nchw(values[i], to_nchw_[i]);
         continue;
       }
       std::vector<bool> in_place;
       if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
       values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
                          in_place.empty() ? nullptr : &in_place);
+      // NHWC from a convolution, read as NCHW next.
+      if (!to_nchw_[i].empty()) make_nchw(values[i], to_nchw_[i]);
       ++aten;
     }
     metrics::bump("kernels_launched", fused + aten);
@@ -338,6 +343,7 @@ class CompiledExecutable final : public Executable {
   std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
   std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
+  std::vector<std::vector<bool>> to_nchw_;  // per op, see ConvLayoutPlan
 };
 
 class CompiledExecutor final : public Executor {

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "lazy_backend/conv_calls.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/replay.h"
 #include "runtime/onednn_gemm.h"
@@ -125,14 +126,19 @@ std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Progr
     if (op.epilogue_of >= 0) {
       calls[i] = LibraryCall{LibraryCall::Kind::kEpilogue, false};
       std::optional<LibraryCall>& gemm = calls[op.epilogue_of];  // ops come after their inputs
-      TORCH_INTERNAL_ASSERT(gemm && gemm->kind == LibraryCall::Kind::kGemm,
+      TORCH_INTERNAL_ASSERT(gemm && (gemm->kind == LibraryCall::Kind::kGemm ||
+                                     gemm->kind == LibraryCall::Kind::kConv),
                             "disc: epilogue of a non-GEMM op");
       gemm->relu = true;
     } else if (op.cls == lowering::OpClass::kLibrary) {
       const bool gemm = gemm_kind(op.node->op) != Gemm::kNone;
       calls[i] = LibraryCall{gemm ? LibraryCall::Kind::kGemm : LibraryCall::Kind::kAten, false};
+      if (is_conv_op(op.node->op)) calls[i]->kind = LibraryCall::Kind::kConv;
     }
   }
+  const ConvLayoutPlan layouts = plan_conv_layouts(p);
+  for (uint32_t i = 0; i < p.ops.size(); ++i)
+    if (calls[i] && calls[i]->kind == LibraryCall::Kind::kConv) calls[i]->nhwc_out = layouts.nhwc_out[i];
   return calls;
 }
 
@@ -143,6 +149,8 @@ std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node
   if (call.kind == LibraryCall::Kind::kEpilogue) return {ins[0]};
   metrics::bump("kernels_launched");
   metrics::bump("launches.library");
+  if (call.kind == LibraryCall::Kind::kConv)
+    return run_conv_call(n, std::move(ins), aten, call.relu, call.nhwc_out);
   const Gemm kind = gemm_kind(n.op);
   const char* why = call.kind == LibraryCall::Kind::kGemm ? aten_reason(kind, n, ins) : "op";
   if (!why) return {run_gemm(kind, n, ins, call.relu)};

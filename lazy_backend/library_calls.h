@@ -1,7 +1,8 @@
 // Library calls of the compiled executor: float32 aten::mm / aten::addmm /
 // aten::bmm run on oneDNN (runtime/onednn_gemm.h), with the relu epilogue the
 // library_epilogue pass planned applied as a post-op; every other library op
-// (other dtypes, scaled addmm, convolution) runs its ATen kernel, counted.
+// (other dtypes, scaled addmm) runs its ATen kernel, counted. Convolutions:
+// conv_calls.h.
 //
 // Metrics: library.onednn, library.aten, library.aten.<op> and
 // library.aten_reason.<dtype|scale|bias|op>,
@@ -21,11 +22,13 @@ namespace disc {
 struct LibraryCall {
   enum class Kind : uint8_t {
     kGemm,      // mm / addmm / bmm: oneDNN where it can, else ATen
-    kAten,      // another library op (convolution): its ATen kernel
-    kEpilogue,  // a relu its GEMM already applied: passes its input on
+    kAten,      // another library op: its ATen kernel
+    kConv,      // convolution / convolution_backward: conv_calls.h
+    kEpilogue,  // a relu its GEMM or convolution already applied: passes its input on
   };
   Kind kind = Kind::kAten;
-  bool relu = false;  // kGemm: apply the relu epilogue
+  bool relu = false;  // kGemm, kConv: apply the relu epilogue
+  bool nhwc_out = false;  // kConv: may leave its output NHWC (ConvLayoutPlan)
 };
 
 // How each op of `p` runs if it is a library call or an epilogue; nullopt

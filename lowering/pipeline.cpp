@@ -24,7 +24,7 @@ constexpr Pass kPipeline[] = {
     {"verify", verify, "reject malformed traces before anything rewrites them"},
     {"canonicalize", canonicalize, "CSE + DCE: fusion must see each value once"},
     {"shape-constraints", shape_constraints, "symbolic dims decide fusion legality"},
-    {"library-epilogue", library_epilogue, "relu after a GEMM is a oneDNN post-op, not a kernel"},
+    {"library-epilogue", library_epilogue, "relu after a GEMM / conv is a oneDNN post-op, not a kernel"},
     {"fusion-plan", plan_fusion, "kLoop / kInput / kStitch kernels, library calls"},
     {"verify-plan", verify_plan, "the plan is acyclic and each kernel well formed"},
 };

@@ -1,14 +1,17 @@
-// library_epilogue: a relu whose input is a GEMM's output, and that GEMM's
-// only use, becomes the GEMM's epilogue: the executor runs it as a oneDNN
-// eltwise post-op while the output tile is still in cache, not as a kernel.
+// library_epilogue: a relu whose input is a GEMM's or a convolution's
+// output, and that op's only use, becomes its epilogue: the executor runs it
+// as a oneDNN eltwise post-op while the output tile is still in cache, not
+// as a kernel.
 //
 //   %3 = addmm(%0, %1, %2) : library            %3 = addmm(%0, %1, %2) : library
 //   %4 = relu(%3)          : elementwise   ->   %4 = relu(%3) : elementwise  epilogue of %3
 //   %5 = mm(%4, %6)        : library            %5 = mm(%4, %6) : library
 //
-// Only float32 aten::mm / aten::addmm (what runs on oneDNN), and only when
-// the un-rectified value is read nowhere else (no other op, not a graph
-// output): the GEMM's buffer then holds relu's result.
+// Only float32 aten::mm / aten::addmm / aten::convolution (what runs on
+// oneDNN; a convolution the executor leaves to ATen applies the relu after
+// it), and only when the un-rectified value is read nowhere else (no other
+// op, not a graph output): the library call's buffer then holds relu's
+// result.
 #include <algorithm>
 
 #include "lowering/passes/passes.h"
@@ -17,9 +20,10 @@ namespace disc::lowering {
 
 namespace {
 
-bool is_gemm(uint32_t op) {
-  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm");
-  return op == mm || op == addmm;
+bool takes_relu(uint32_t op) {
+  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm"),
+                        conv = ir::intern_op("aten::convolution");
+  return op == mm || op == addmm || op == conv;
 }
 
 bool is_f32(const ir::Node& n) {
@@ -38,8 +42,8 @@ void library_epilogue(Program& p) {
     ProgramOp& op = p.ops[i];
     if (op.erased || op.node->op != relu || op.inputs.size() != 1 || !is_f32(*op.node)) continue;
     const uint32_t src = op.inputs[0].node;
-    const ProgramOp& gemm = p.ops[src];
-    if (gemm.erased || !is_gemm(gemm.node->op) || !is_f32(*gemm.node)) continue;
+    const ProgramOp& lib = p.ops[src];
+    if (lib.erased || !takes_relu(lib.node->op) || !is_f32(*lib.node)) continue;
     if (is_output[src] || users[src] != std::vector<uint32_t>{i}) continue;
     op.epilogue_of = static_cast<int32_t>(src);
   }

@@ -1,4 +1,4 @@
-// library_epilogue: a relu on a float32 GEMM's only use becomes its oneDNN
+// library_epilogue: a relu on a float32 GEMM's or convolution's only use becomes its
 // post-op; every other relu stays an element-wise op.
 #include <gtest/gtest.h>
 
@@ -92,18 +92,44 @@ TEST(LibraryEpilogue, NonFloat32GemmKeepsItsRelu) {
   EXPECT_EQ(p.ops[index_of(p, r)].epilogue_of, -1);
 }
 
-TEST(LibraryEpilogue, OnlyMmAndAddmmTakeEpilogues) {
-  // bmm and convolution run elsewhere (bmm without a bias, conv on ATen);
-  // and a relu on an element-wise op is a kLoop matter.
+TEST(LibraryEpilogue, ReluOnConvolutionBecomesItsPostOp) {
+  // The CNN's Conv2d + ReLU: the relu runs inside the oneDNN convolution.
+  GraphBuilder b;
+  auto x = b.param({8, 1, 28, 28}), w = b.param({32, 1, 3, 3});
+  auto conv = b.op("aten::convolution", {x, w}, {8, 32, 26, 26});
+  auto r = b.op("aten::relu", {conv}, {8, 32, 26, 26});
+  Program p = run_pass({r});
+  EXPECT_EQ(p.ops[index_of(p, r)].epilogue_of, static_cast<int32_t>(index_of(p, conv)));
+}
+
+TEST(LibraryEpilogue, ConvolutionReadByItsBackwardKeepsItsRelu) {
+  // A value autograd saves (read by another op) is needed un-rectified.
+  GraphBuilder b;
+  auto x = b.param({8, 3, 9, 9}), w = b.param({4, 3, 3, 3});
+  auto conv = b.op("aten::convolution", {x, w}, {8, 4, 7, 7});
+  auto r = b.op("aten::relu", {conv}, {8, 4, 7, 7});
+  auto other = b.op("aten::mul.Tensor", {conv, r}, {8, 4, 7, 7});
+  Program p = run_pass({other});
+  EXPECT_EQ(p.ops[index_of(p, r)].epilogue_of, -1);
+}
+
+TEST(LibraryEpilogue, OnlyMmAddmmAndConvolutionTakeEpilogues) {
+  // bmm runs without post-ops (oneDNN 2.6 makes no batched primitive with
+  // one), convolution_backward has no relu to absorb; and a relu on an
+  // element-wise op is a kLoop matter.
   GraphBuilder b;
   auto x = b.param({2, 5, 7}), w = b.param({2, 7, 3});
   auto bmm = b.op("aten::bmm", {x, w}, {2, 5, 3});
   auto r1 = b.op("aten::relu", {bmm}, {2, 5, 3});
   auto e = b.op("aten::exp", {x}, {2, 5, 7});
   auto r2 = b.op("aten::relu", {e}, {2, 5, 7});
-  Program p = run_pass({r1, r2});
+  auto g = b.param({2, 4, 5, 5}), in = b.param({2, 3, 7, 7}), k = b.param({4, 3, 3, 3});
+  auto cb = b.op("aten::convolution_backward", {g, in, k}, {2, 3, 7, 7});
+  auto r3 = b.op("aten::relu", {cb}, {2, 3, 7, 7});
+  Program p = run_pass({r1, r2, r3});
   EXPECT_EQ(p.ops[index_of(p, r1)].epilogue_of, -1);
   EXPECT_EQ(p.ops[index_of(p, r2)].epilogue_of, -1);
+  EXPECT_EQ(p.ops[index_of(p, r3)].epilogue_of, -1);
 }
 
 TEST(LibraryEpilogue, RerunningThePassIsStable) {

@@ -1,0 +1,278 @@
+// Convolutions on oneDNN for the compiled executor, and the NHWC layout plan
+// (see conv_calls.h). The node's operands follow the ATen schemas:
+//   convolution(input, weight, bias?, stride, padding, dilation, transposed,
+//               output_padding, groups)
+//   convolution_backward(grad_output, input, weight, bias_sizes?, stride,
+//               padding, dilation, transposed, output_padding, groups,
+//               output_mask[3]) -> (grad_input, grad_weight, grad_bias)
+#include "lazy_backend/conv_calls.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/replay.h"
+#include "runtime/onednn_conv.h"
+
+namespace disc {
+
+namespace {
+
+using runtime::ActLayout;
+using runtime::ConvPlacement;
+
+uint32_t conv_id() {
+  static const uint32_t id = ir::intern_op("aten::convolution");
+  return id;
+}
+uint32_t conv_backward_id() {
+  static const uint32_t id = ir::intern_op("aten::convolution_backward");
+  return id;
+}
+
+// DISC_CONV_LAYOUT=nchw: the layout-unaware baseline (NCHW activations,
+// oneDNN reorders to its blocked layout and back inside every call).
+bool nhwc_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DISC_CONV_LAYOUT");
+    return !(v && std::strcmp(v, "nchw") == 0);
+  }();
+  return on;
+}
+
+const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
+  TORCH_INTERNAL_ASSERT(pos < n.operands.size() && n.operands[pos].kind == ir::Operand::Kind::kAttr,
+                        "disc: ", ir::op_name(n.op), " operand ", pos, " is not a constant");
+  return n.attrs[n.operands[pos].first];
+}
+
+// Where the convolution's geometry starts: stride is operand 3 of
+// convolution and operand 4 of convolution_backward.
+size_t geometry_base(const ir::Node& n) { return n.op == conv_id() ? 3 : 4; }
+
+// Why node `n` must run on ATen, or nullptr when oneDNN takes it;
+// `f32_inputs`: whether every tensor input is float32.
+const char* aten_reason(const ir::Node& n, bool f32_inputs) {
+  if (!f32_inputs) return "dtype";
+  for (const ir::TensorType& t : n.outputs)
+    if (!t.undefined && t.dtype != ir::DType::kFloat32) return "dtype";
+  const size_t g = geometry_base(n);
+  if (attr_operand(n, g).ints.size() != 2) return "rank";  // conv1d / conv3d
+  if (attr_operand(n, g + 3).i != 0) return "transposed";
+  return nullptr;
+}
+
+runtime::ConvShape shape_of(const ir::Node& n, const at::Tensor& input, const at::Tensor& weight,
+                            const std::vector<int64_t>& out_sizes) {
+  const size_t g = geometry_base(n);
+  runtime::ConvShape s;
+  s.batch = input.size(0), s.in_channels = input.size(1), s.in_h = input.size(2),
+  s.in_w = input.size(3);
+  s.out_channels = weight.size(0), s.kernel_h = weight.size(2), s.kernel_w = weight.size(3);
+  s.out_h = out_sizes[2], s.out_w = out_sizes[3];
+  s.groups = attr_operand(n, g + 5).i;
+  for (int d = 0; d < 2; ++d) {
+    s.stride[d] = attr_operand(n, g).ints[d];
+    s.padding[d] = attr_operand(n, g + 1).ints[d];
+    s.dilation[d] = attr_operand(n, g + 2).ints[d];
+  }
+  return s;
+}
+
+void count_reorders(int64_t n, const char* kind) {
+  if (n == 0) return;
+  metrics::bump("onednn.reorders", n);
+  metrics::bump(std::string("onednn.reorders.") + kind, n);
+}
+
+void count(const runtime::ConvRun& r, const char* primitive) {
+  if (!r.ran) return;
+  metrics::bump(r.created ? "onednn.primitives_created" : "onednn.primitive_reuses");
+  metrics::bump(std::string("onednn.conv.") + primitive);
+  count_reorders(r.weight_reorders, "weights");
+  count_reorders(r.act_reorders, "activations");
+}
+
+// An activation in `layout`, dense: as it lies, or re-laid-out (counted).
+at::Tensor activation(const at::Tensor& t, ActLayout layout) {
+  const auto format = layout == ActLayout::kNhwc ? at::MemoryFormat::ChannelsLast
+                                                 : at::MemoryFormat::Contiguous;
+  if (t.is_contiguous(format)) return t;
+  count_reorders(1, "activations");
+  return t.contiguous(format);
+}
+
+// Weights and bias as oneDNN reads them: dense, torch's own order.
+at::Tensor dense(const at::Tensor& t) {
+  if (t.is_contiguous()) return t;
+  metrics::bump("library.operand_copies");
+  return t.contiguous();
+}
+
+at::Tensor empty_activation(const std::vector<int64_t>& sizes, ActLayout layout) {
+  return at::empty(sizes, at::TensorOptions().dtype(at::kFloat).memory_format(
+                              layout == ActLayout::kNhwc ? at::MemoryFormat::ChannelsLast
+                                                         : at::MemoryFormat::Contiguous));
+}
+
+// The result as the plan wants it: NHWC kept, or made NCHW (counted).
+at::Tensor finish(at::Tensor t, bool nhwc_out) {
+  if (nhwc_out || t.is_contiguous()) return t;
+  count_reorders(1, "activations");
+  return t.contiguous();
+}
+
+runtime::ConvLayout layout() {
+  return nhwc_enabled() ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser}
+                        : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest};
+}
+
+at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, bool nhwc_out) {
+  const runtime::ConvLayout l = layout();
+  const at::Tensor input = activation(ins[0], l.act), weight = dense(ins[1]);
+  const bool has_bias = n.operands[2].kind == ir::Operand::Kind::kTensor;
+  const at::Tensor bias = has_bias ? dense(ins[n.operands[2].first]) : at::Tensor();
+  at::Tensor out = empty_activation(n.outputs[0].sizes, l.act);
+  runtime::ConvForward c;
+  c.shape = shape_of(n, input, weight, n.outputs[0].sizes);
+  c.layout = l;
+  c.src = input.data_ptr<float>(), c.weights = weight.data_ptr<float>();
+  c.bias = has_bias ? bias.data_ptr<float>() : nullptr;
+  c.dst = out.data_ptr<float>();
+  c.relu = relu;
+  count(runtime::onednn_conv_forward(c), "forward");
+  if (relu) metrics::bump("library.epilogues");
+  return finish(out, nhwc_out);
+}
+
+std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins, bool nhwc_out) {
+  const runtime::ConvLayout l = layout();
+  const std::vector<int64_t>& mask = attr_operand(n, 10).ints;
+  const at::Tensor grad = activation(ins[0], l.act), weight = dense(ins[2]);
+  const at::Tensor input = mask[1] || mask[2] ? activation(ins[1], l.act) : ins[1];
+  const runtime::ConvShape s = shape_of(n, ins[1], weight, ins[0].sizes().vec());
+  std::vector<at::Tensor> outs(3);
+  if (mask[0]) {
+    outs[0] = empty_activation(ins[1].sizes().vec(), l.act);
+    runtime::ConvBackwardData c{s, l, grad.data_ptr<float>(), weight.data_ptr<float>(),
+                                outs[0].data_ptr<float>()};
+    count(runtime::onednn_conv_backward_data(c), "backward_data");
+    outs[0] = finish(outs[0], nhwc_out);
+  }
+  if (mask[1] || mask[2]) {
+    // The bias gradient is the weights primitive's by-product; without a
+    // weight gradient its weights go to a scratch buffer.
+    at::Tensor dw = at::empty(weight.sizes(), at::kFloat);
+    at::Tensor db = mask[2] ? at::empty({s.out_channels}, at::kFloat) : at::Tensor();
+    runtime::ConvBackwardWeights c{s, l, input.data_ptr<float>(), grad.data_ptr<float>(),
+                                   dw.data_ptr<float>(), mask[2] ? db.data_ptr<float>() : nullptr};
+    count(runtime::onednn_conv_backward_weights(c), "backward_weights");
+    if (mask[1]) outs[1] = dw;
+    if (mask[2]) outs[2] = db;
+  }
+  return outs;
+}
+
+// Readers that see an NHWC tensor as the same values: element-wise ops
+// (ATen's and our fused kernels, which take strides), pooling and
+// convolutions. Anything else (views, GEMMs, reductions, opaque ops) gets
+// NCHW.
+bool layout_agnostic(uint32_t op) {
+  static const uint32_t pool = ir::intern_op("aten::max_pool2d_with_indices"),
+                        pool_bw = ir::intern_op("aten::max_pool2d_with_indices_backward");
+  return op == pool || op == pool_bw || is_conv_op(op) ||
+         lowering::classify(op) == lowering::OpClass::kElementwise;
+}
+
+}  // namespace
+
+bool is_conv_op(uint32_t op) { return op == conv_id() || op == conv_backward_id(); }
+
+ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
+  const size_t n = p.ops.size();
+  ConvLayoutPlan plan{std::vector<bool>(n, false), std::vector<std::vector<bool>>(n)};
+  if (!nhwc_enabled()) return plan;
+  // needs_nchw[op][k]: output k of op is a graph output or has a reader that
+  // is not layout-agnostic.
+  std::vector<std::vector<bool>> needs_nchw(n), may_nhwc(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    needs_nchw[i].assign(p.ops[i].node->outputs.size(), false);
+    may_nhwc[i].assign(p.ops[i].node->outputs.size(), false);
+  }
+  std::vector<int32_t> epilogue(n, -1);
+  for (uint32_t i = 0; i < n; ++i) {
+    const lowering::ProgramOp& op = p.ops[i];
+    if (op.erased) continue;
+    if (op.epilogue_of >= 0) epilogue[op.epilogue_of] = static_cast<int32_t>(i);
+    const bool agnostic = layout_agnostic(op.node->op);
+    for (const ir::GraphRef& r : op.inputs)
+      if (!agnostic) needs_nchw[r.node][r.index] = true;
+  }
+  for (const ir::GraphRef& r : p.outputs) needs_nchw[r.node][r.index] = true;
+  // In program order (inputs first): where NHWC can appear, and where it must
+  // turn back.
+  for (uint32_t i = 0; i < n; ++i) {
+    const lowering::ProgramOp& op = p.ops[i];
+    if (op.erased || op.cls == lowering::OpClass::kData) continue;
+    if (is_conv_op(op.node->op)) {
+      bool f32 = true;
+      for (const ir::GraphRef& r : op.inputs)
+        f32 = f32 && p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kFloat32;
+      if (!aten_reason(*op.node, f32)) {
+        // The value readers see: the relu epilogue's, when there is one.
+        const bool nchw = epilogue[i] >= 0 ? needs_nchw[epilogue[i]][0] : needs_nchw[i][0];
+        plan.nhwc_out[i] = !nchw;
+        may_nhwc[i][0] = !nchw;
+        continue;
+      }
+    }
+    if (op.epilogue_of >= 0) {
+      may_nhwc[i][0] = plan.nhwc_out[op.epilogue_of];
+      continue;
+    }
+    bool any = false;
+    for (const ir::GraphRef& r : op.inputs) any = any || may_nhwc[r.node][r.index];
+    if (!any || !layout_agnostic(op.node->op)) continue;
+    for (size_t k = 0; k < may_nhwc[i].size(); ++k) may_nhwc[i][k] = !needs_nchw[i][k];
+    if (std::find(needs_nchw[i].begin(), needs_nchw[i].end(), true) != needs_nchw[i].end())
+      plan.to_nchw[i] = needs_nchw[i];
+  }
+  return plan;
+}
+
+std::vector<at::Tensor> run_conv_call(const ir::Node& n, std::vector<at::Tensor> ins,
+                                      const c10::OperatorHandle& aten, bool relu, bool nhwc_out) {
+  bool f32 = true;
+  for (const at::Tensor& t : ins) f32 = f32 && t.scalar_type() == at::kFloat;
+  const char* why = aten_reason(n, f32);
+  if (!why) {
+    metrics::bump("library.onednn");
+    // oneDNN's parallel regions follow this thread's OpenMP setting: make it
+    // torch's (see library_calls.cpp).
+    at::internal::lazy_init_num_threads();
+    if (n.op == conv_id()) return {forward(n, ins, relu, nhwc_out)};
+    return backward(n, ins, nhwc_out);
+  }
+  metrics::bump("library.aten");
+  metrics::bump(n.op == conv_id() ? "library.aten.convolution" : "library.aten.convolution_backward");
+  metrics::bump(std::string("library.aten_reason.") + why);
+  std::vector<at::Tensor> outs = replay(aten, n, std::move(ins));
+  if (relu) outs[0] = at::relu(outs[0]);
+  return outs;
+}
+
+void make_nchw(std::vector<at::Tensor>& outs, const std::vector<bool>& which) {
+  for (size_t k = 0; k < outs.size() && k < which.size(); ++k) {
+    at::Tensor& t = outs[k];
+    if (!which[k] || !t.defined() || t.dim() != 4 || t.is_contiguous()) continue;
+    count_reorders(1, "activations");
+    t = t.contiguous();
+  }
+}
+
+}  // namespace disc

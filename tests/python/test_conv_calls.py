@@ -1,0 +1,156 @@
+"""Convolutions on oneDNN in the compiled executor: float32 2-D
+aten::convolution (its relu as a post-op) and aten::convolution_backward run
+as oneDNN primitives, activations kept NHWC between them; other convolutions
+(1-D, transposed, float64) run their ATen kernels, counted. The reference
+executor is the oracle."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_disc
+from examples.mnist.train import build_model
+
+
+@pytest.fixture
+def executor():
+    """Call with "compiled" or "reference"; restores the default after."""
+    default = os.environ.get("DISC_EXECUTOR", "compiled")
+    yield torch_disc._C.set_executor
+    torch_disc._C.set_executor(default)
+
+
+def counted(fn):
+    """Runs fn, syncs; returns its result (on CPU) and the counters of the run."""
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    out = fn()
+    torch_disc.sync()
+    c = torch_disc.metrics.counters()
+    cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
+    return cpu, c
+
+
+def cnn_step(batch, seed=0):
+    """One MNIST CNN training step (forward, cross-entropy, backward) on disc;
+    returns a function that runs it and returns [loss, *grads]."""
+    torch.manual_seed(seed)
+    model = build_model("cnn").to("disc")
+    x = torch.randn(batch, 1, 28, 28).to("disc")
+    y = torch.randint(0, 10, (batch,)).to("disc")
+    torch_disc.sync()
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return [loss.detach()] + [p.grad for p in model.parameters()]
+    return step
+
+
+def get(c, *keys):
+    return tuple(c.get(k, 0) for k in keys)
+
+
+CONVS = ("onednn.conv.forward", "onednn.conv.backward_data", "onednn.conv.backward_weights")
+
+
+def test_cnn_step_matches_the_reference_executor_with_pinned_counters(executor):
+    executor("reference")
+    want, ref = counted(cnn_step(64))
+    assert get(ref, "library.onednn", "library.aten") == (0, 0)  # the oracle is all ATen
+    executor("compiled")
+    got, c = counted(cnn_step(64))
+    # 2 conv forward (relu as post-op), 2 convolution_backward (the first
+    # conv's input needs no gradient: one primitive; the second: two) and
+    # 6 GEMMs (2 addmm, 2 weight-grad mm, 2 input-grad mm).
+    assert get(c, *CONVS) == (2, 1, 2)
+    assert c["library.onednn"] == 4 + 6
+    assert c.get("library.aten", 0) == 0 and c.get("library.aten.convolution", 0) == 0
+    assert c["library.epilogues"] == 3  # two conv + relu, one linear + relu
+    # Weights go into oneDNN's blocked layout once per primitive; activations
+    # stay NHWC except the second pool's output, which Flatten reads as NCHW.
+    assert c["onednn.reorders.weights"] == 5
+    assert c["onednn.reorders.activations"] == 1
+    assert c["onednn.reorders"] == 6
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert g.is_contiguous()
+
+
+def test_second_step_creates_no_primitive(executor):
+    executor("compiled")
+    step = cnn_step(16)
+    counted(step)
+    _, c = counted(step)
+    assert c.get("onednn.primitives_created", 0) == 0
+    assert c["onednn.primitive_reuses"] == 5 + 6
+
+
+@pytest.mark.parametrize("stride,padding,dilation,groups", [
+    (2, 0, 1, 1), (1, 1, 1, 1), (2, 2, 1, 1), (1, 0, 2, 1), (3, 1, 2, 1), (1, 1, 1, 2), ((2, 1), (0, 1), (1, 2), 1),
+])
+def test_conv_geometry_forward_and_backward_match(executor, stride, padding, dilation, groups):
+    torch.manual_seed(3)
+    x = torch.randn(3, 4, 11, 9)
+    w = torch.randn(6, 4 // groups, 3, 3)
+    b = torch.randn(6)
+    g = None
+
+    def run(dev):
+        xd = x.to(dev).detach().requires_grad_()
+        wd = w.to(dev).detach().requires_grad_()
+        bd = b.to(dev).detach().requires_grad_()
+        y = F.conv2d(xd, wd, bd, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        nonlocal g
+        g = torch.randn(y.shape) if g is None else g
+        y.backward(g.to(dev))
+        return [y.detach(), xd.grad, wd.grad, bd.grad]
+
+    want = run("cpu")
+    executor("compiled")
+    got, c = counted(lambda: run("disc"))
+    assert get(c, *CONVS) == (1, 1, 1)
+    assert c.get("library.aten", 0) == 0
+    for gt, wt in zip(got, want):
+        torch.testing.assert_close(gt, wt, rtol=1e-4, atol=1e-4)
+
+
+def test_sizes_one_and_an_empty_batch(executor):
+    executor("compiled")
+    for n, c_in, hw, k in ((1, 1, 1, 1), (1, 3, 5, 5), (0, 2, 6, 3)):
+        x, w = torch.randn(n, c_in, hw, hw), torch.randn(2, c_in, k, k)
+        got, c = counted(lambda: torch.relu(F.conv2d(x.to("disc"), w.to("disc"))))
+        assert c["library.onednn"] == 1 and c.get("library.aten", 0) == 0
+        torch.testing.assert_close(got, torch.relu(F.conv2d(x, w)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_user_visible_conv_output_is_nchw(executor):
+    # A graph output must be NCHW (a later read may view its storage): the
+    # user's NCHW input goes NHWC and the NHWC result back, both counted.
+    torch.manual_seed(4)
+    x, w = torch.randn(2, 16, 8, 8), torch.randn(32, 16, 3, 3)
+    executor("compiled")
+    got, c = counted(lambda: F.conv2d(x.to("disc"), w.to("disc")))
+    assert c["onednn.reorders.activations"] == 2
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, F.conv2d(x, w), rtol=1e-4, atol=1e-4)
+    got, c = counted(lambda: F.conv2d(x.to("disc"), w.to("disc")).view(2, -1))
+    torch.testing.assert_close(got, F.conv2d(x, w).view(2, -1), rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_transposed_and_float64_run_on_aten_and_are_counted(executor):
+    torch.manual_seed(5)
+    executor("compiled")
+    x1, w1 = torch.randn(2, 3, 10), torch.randn(4, 3, 3)
+    got, c = counted(lambda: F.conv1d(x1.to("disc"), w1.to("disc")))
+    assert get(c, "library.aten.convolution", "library.aten_reason.rank") == (1, 1)
+    torch.testing.assert_close(got, F.conv1d(x1, w1))
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(3, 4, 3, 3)
+    got, c = counted(lambda: F.conv_transpose2d(x.to("disc"), w.to("disc")))
+    assert get(c, "library.aten.convolution", "library.aten_reason.transposed") == (1, 1)
+    torch.testing.assert_close(got, F.conv_transpose2d(x, w))
+    xd, wd = torch.randn(2, 3, 6, 6, dtype=torch.float64), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    got, c = counted(lambda: torch.relu(F.conv2d(xd.to("disc"), wd.to("disc"))))
+    assert get(c, "library.aten.convolution", "library.aten_reason.dtype", "library.onednn") == (1, 1, 0)
+    torch.testing.assert_close(got, torch.relu(F.conv2d(xd, wd)))
