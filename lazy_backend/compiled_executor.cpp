@@ -114,7 +114,7 @@ class CompiledExecutable final : public Executable {
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
                                 : std::nullopt);
     library_ = plan_library_calls(program_);
-    to_nchw_ = plan_conv_layouts(program_).to_nchw;
+    layouts_ = plan_conv_layouts(program_);
   }
 
   std::vector<at::Tensor> run(const ir::Graph& g) override {
@@ -137,15 +137,16 @@ class CompiledExecutable final : public Executable {
       for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
       if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
         values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s]);
-        if (!to_nchw_[i].empty()) make_nchw(values[i], to_nchw_[i]);
+        if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
         continue;
       }
+      if (layouts_.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
       std::vector<bool> in_place;
       if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
       values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
                          in_place.empty() ? nullptr : &in_place);
       // NHWC from a convolution, read as NCHW next.
-      if (!to_nchw_[i].empty()) make_nchw(values[i], to_nchw_[i]);
+      if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
       ++aten;
     }
     metrics::bump("kernels_launched", fused + aten);
@@ -343,7 +344,7 @@ class CompiledExecutable final : public Executable {
   std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
   std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
-  std::vector<std::vector<bool>> to_nchw_;  // per op, see ConvLayoutPlan
+  ConvLayoutPlan layouts_;  // where activations are NHWC, see conv_calls.h
 };
 
 class CompiledExecutor final : public Executor {

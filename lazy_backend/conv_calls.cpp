@@ -195,7 +195,8 @@ bool is_conv_op(uint32_t op) { return op == conv_id() || op == conv_backward_id(
 
 ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
   const size_t n = p.ops.size();
-  ConvLayoutPlan plan{std::vector<bool>(n, false), std::vector<std::vector<bool>>(n)};
+  ConvLayoutPlan plan{std::vector<bool>(n, false), std::vector<std::vector<bool>>(n),
+                      std::vector<bool>(n, false)};
   if (!nhwc_enabled()) return plan;
   // needs_nchw[op][k]: output k of op is a graph output or has a reader that
   // is not layout-agnostic.
@@ -235,9 +236,14 @@ ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
       may_nhwc[i][0] = plan.nhwc_out[op.epilogue_of];
       continue;
     }
-    bool any = false;
-    for (const ir::GraphRef& r : op.inputs) any = any || may_nhwc[r.node][r.index];
+    bool any = false, nchw_4d = false;
+    for (const ir::GraphRef& r : op.inputs) {
+      any = any || may_nhwc[r.node][r.index];
+      nchw_4d = nchw_4d || (!may_nhwc[r.node][r.index] &&
+                            p.ops[r.node].node->outputs[r.index].sizes.size() == 4);
+    }
     if (!any || !layout_agnostic(op.node->op)) continue;
+    plan.match_inputs[i] = nchw_4d && !is_conv_op(op.node->op) && op.group < 0;
     for (size_t k = 0; k < may_nhwc[i].size(); ++k) may_nhwc[i][k] = !needs_nchw[i][k];
     if (std::find(needs_nchw[i].begin(), needs_nchw[i].end(), true) != needs_nchw[i].end())
       plan.to_nchw[i] = needs_nchw[i];
@@ -273,6 +279,19 @@ void make_nchw(std::vector<at::Tensor>& outs, const std::vector<bool>& which) {
     count_reorders(1, "activations");
     t = t.contiguous();
   }
+}
+
+void match_nhwc(std::vector<at::Tensor>& ins) {
+  auto nhwc = [](const at::Tensor& t) {
+    return t.defined() && t.dim() == 4 && !t.is_contiguous() &&
+           t.is_contiguous(at::MemoryFormat::ChannelsLast);
+  };
+  if (std::none_of(ins.begin(), ins.end(), nhwc)) return;
+  for (at::Tensor& t : ins)
+    if (t.defined() && t.dim() == 4 && !t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      count_reorders(1, "activations");
+      t = t.contiguous(at::MemoryFormat::ChannelsLast);
+    }
 }
 
 }  // namespace disc

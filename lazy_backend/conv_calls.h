@@ -40,6 +40,10 @@ struct ConvLayoutPlan {
   // was) but has a reader that needs NCHW: made contiguous after the op
   // runs. Empty for most ops.
   std::vector<std::vector<bool>> to_nchw;
+  // Per op: an ATen op that may read NHWC and NCHW 4-D inputs at once (the
+  // max-pool backward of a flattened gradient): ATen's kernels fall back to
+  // slow strided loops there, so the NCHW ones are made NHWC first.
+  std::vector<bool> match_inputs;
 };
 ConvLayoutPlan plan_conv_layouts(const lowering::Program& p);
 
@@ -51,5 +55,9 @@ std::vector<at::Tensor> run_conv_call(const ir::Node& n, std::vector<at::Tensor>
 // The executor's fix-up for ConvLayoutPlan::to_nchw: the outputs `which`
 // selects become NCHW when they are not (counted as activation reorders).
 void make_nchw(std::vector<at::Tensor>& outs, const std::vector<bool>& which);
+
+// The executor's fix-up for ConvLayoutPlan::match_inputs: when an input is
+// NHWC, the other 4-D inputs become NHWC too (counted as activation reorders).
+void match_nhwc(std::vector<at::Tensor>& ins);
 
 }  // namespace disc

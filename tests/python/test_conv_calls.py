@@ -4,6 +4,8 @@ as oneDNN primitives, activations kept NHWC between them; other convolutions
 (1-D, transposed, float64) run their ATen kernels, counted. The reference
 executor is the oracle."""
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +13,8 @@ import torch.nn.functional as F
 
 import torch_disc
 from examples.mnist.train import build_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -69,10 +73,12 @@ def test_cnn_step_matches_the_reference_executor_with_pinned_counters(executor):
     assert c.get("library.aten", 0) == 0 and c.get("library.aten.convolution", 0) == 0
     assert c["library.epilogues"] == 3  # two conv + relu, one linear + relu
     # Weights go into oneDNN's blocked layout once per primitive; activations
-    # stay NHWC except the second pool's output, which Flatten reads as NCHW.
+    # stay NHWC through relu, pooling and their backward, except at Flatten:
+    # the second pool's output goes NCHW for it, and the flattened gradient
+    # back to NHWC for the pool's backward.
     assert c["onednn.reorders.weights"] == 5
-    assert c["onednn.reorders.activations"] == 1
-    assert c["onednn.reorders"] == 6
+    assert c["onednn.reorders.activations"] == 2
+    assert c["onednn.reorders"] == 7
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         assert g.is_contiguous()
@@ -154,3 +160,39 @@ def test_conv1d_transposed_and_float64_run_on_aten_and_are_counted(executor):
     got, c = counted(lambda: torch.relu(F.conv2d(xd.to("disc"), wd.to("disc"))))
     assert get(c, "library.aten.convolution", "library.aten_reason.dtype", "library.onednn") == (1, 1, 0)
     torch.testing.assert_close(got, torch.relu(F.conv2d(xd, wd)))
+
+
+def test_nhwc_flows_through_residual_adds_and_reductions(executor):
+    # A skip connection adds an NCHW tensor to an NHWC one (element-wise:
+    # layout-agnostic), a reduction reads a conv output (not: made NCHW).
+    torch.manual_seed(6)
+    x, skip = torch.randn(2, 8, 9, 9), torch.randn(2, 16, 9, 9)
+    w1, w2 = torch.randn(16, 8, 3, 3), torch.randn(16, 16, 3, 3)
+
+    def run(dev):
+        d = lambda t: t.to(dev)  # noqa: E731
+        b = torch.relu(F.conv2d(d(x), d(w1), padding=1)) + d(skip)
+        c = F.conv2d(b, d(w2), padding=1)
+        return [c.sum(dim=(2, 3)), b.mean(), torch.relu(c)]
+    executor("compiled")
+    got, c = counted(lambda: run("disc"))
+    assert c["onednn.conv.forward"] == 2 and c.get("library.aten", 0) == 0
+    for gt, wt in zip(got, run("cpu")):
+        torch.testing.assert_close(gt, wt, rtol=1e-4, atol=1e-4)
+        assert gt.is_contiguous()
+
+
+def test_nchw_baseline_reorders_every_activation():
+    # DISC_CONV_LAYOUT=nchw (read once per process): each conv reorders its
+    # activations to oneDNN's blocked layout and back; the same CNN step
+    # moves 2 activations between layouts with NHWC kept, 8 without.
+    code = (
+        "import torch_disc, tests.python.test_conv_calls as t\n"
+        "torch_disc._C.set_executor('compiled')\n"
+        "_, c = t.counted(t.cnn_step(16))\n"
+        "print(c['onednn.reorders.activations'], c['onednn.reorders.weights'])\n")
+    env = dict(os.environ, DISC_CONV_LAYOUT="nchw", PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["8", "5"]
