@@ -215,6 +215,10 @@ ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
       if (!agnostic) needs_nchw[r.node][r.index] = true;
   }
   for (const ir::GraphRef& r : p.outputs) needs_nchw[r.node][r.index] = true;
+  // A relu epilogue passes its library call's buffer on: that buffer's
+  // readers are the relu's.
+  for (uint32_t i = 0; i < n; ++i)
+    if (epilogue[i] >= 0) needs_nchw[i][0] = needs_nchw[epilogue[i]][0];
   // In program order (inputs first): where NHWC can appear, and where it must
   // turn back.
   for (uint32_t i = 0; i < n; ++i) {
@@ -225,15 +229,14 @@ ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
       for (const ir::GraphRef& r : op.inputs)
         f32 = f32 && p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kFloat32;
       if (!aten_reason(*op.node, f32)) {
-        // The value readers see: the relu epilogue's, when there is one.
-        const bool nchw = epilogue[i] >= 0 ? needs_nchw[epilogue[i]][0] : needs_nchw[i][0];
-        plan.nhwc_out[i] = !nchw;
-        may_nhwc[i][0] = !nchw;
+        // NHWC unless a reader (of the relu epilogue, if any) needs NCHW.
+        plan.nhwc_out[i] = !needs_nchw[i][0];
+        may_nhwc[i][0] = !needs_nchw[i][0];
         continue;
       }
     }
     if (op.epilogue_of >= 0) {
-      may_nhwc[i][0] = plan.nhwc_out[op.epilogue_of];
+      may_nhwc[i][0] = may_nhwc[op.epilogue_of][0];
       continue;
     }
     bool any = false, nchw_4d = false;

@@ -9,9 +9,11 @@
 // layout oneDNN's f32 convolutions run without reordering activations. ATen's
 // element-wise ops and max pooling keep channels_last, so a CNN's
 // conv -> relu -> pool -> conv chain and its backward move no activation
-// between layouts. A value whose reader might depend on its strides (a view,
-// a GEMM, a graph output, any op not known to be layout-agnostic) is made
-// NCHW where it is produced, counted. DISC_CONV_LAYOUT=nchw keeps every
+// between layouts. A value read by an op not known to be layout-agnostic (a
+// reshape, a GEMM, a reduction, an opaque op) or returned from the graph is
+// made NCHW where it is produced, counted: such a reader would re-lay it out
+// inside its ATen kernel anyway (or run a slow strided loop), and here every
+// layout change shows in onednn.reorders. DISC_CONV_LAYOUT=nchw keeps every
 // activation NCHW and lets oneDNN reorder to its blocked layout inside each
 // call instead (the layout-unaware baseline).
 //

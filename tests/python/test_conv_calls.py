@@ -196,3 +196,21 @@ def test_nchw_baseline_reorders_every_activation():
                          timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-2:] == ["8", "5"]
+
+
+def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
+    # An NHWC conv output feeds a transposed convolution (ATen, which keeps
+    # channels_last) whose relu epilogue is viewed: the plan turns that
+    # value NCHW where the ATen conv made it (counted), besides the user's
+    # NCHW input going NHWC.
+    torch.manual_seed(7)
+    x, w1, w2 = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4, 5, 3, 3)
+
+    def run(dev):
+        a = F.conv2d(x.to(dev), w1.to(dev))
+        return torch.relu(F.conv_transpose2d(a, w2.to(dev))).view(2, -1)
+    executor("compiled")
+    got, c = counted(lambda: run("disc"))
+    assert get(c, "library.onednn", "library.aten_reason.transposed", "library.epilogues") == (1, 1, 0)
+    assert c["onednn.reorders.activations"] == 2
+    torch.testing.assert_close(got, run("cpu"), rtol=1e-5, atol=1e-5)
