@@ -147,8 +147,14 @@ std::map<std::vector<int64_t>, std::shared_ptr<const Conv>>& conv_cache() {
 
 // The cached primitive for `key`; `created` says whether this call made it.
 // oneDNN allows one primitive to execute on several threads at once.
+// Shapes are concrete, so a run over many batch sizes or image sizes would
+// grow the cache without end: past this many primitives it starts over
+// (primitives in use stay alive through their shared_ptr).
+constexpr size_t kMaxPrimitives = 512;
+
 std::shared_ptr<const Conv> conv_primitive(const Key& key, bool* created) {
   std::lock_guard<std::mutex> lock(cache_mutex());
+  if (conv_cache().size() >= kMaxPrimitives && !conv_cache().count(key.flat())) conv_cache().clear();
   auto& slot = conv_cache()[key.flat()];
   *created = !slot;
   if (!slot) slot = std::make_shared<const Conv>(make_conv(key));
@@ -162,6 +168,7 @@ std::shared_ptr<const dnnl::reorder> reorder_primitive(const memory::desc& from,
   std::string key(reinterpret_cast<const char*>(&from.data), sizeof(from.data));
   key.append(reinterpret_cast<const char*>(&to.data), sizeof(to.data));
   std::lock_guard<std::mutex> lock(cache_mutex());
+  if (cache.size() >= kMaxPrimitives && !cache.count(key)) cache.clear();
   auto& slot = cache[key];
   if (!slot) {
     dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to);
