@@ -45,6 +45,16 @@ bool nhwc_enabled() {
   return on;
 }
 
+// DISC_ONEDNN_CONV=0: every convolution on ATen (reason "disabled"), as
+// before oneDNN took them; for comparisons and for bisecting a wrong result.
+bool onednn_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DISC_ONEDNN_CONV");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
   TORCH_INTERNAL_ASSERT(pos < n.operands.size() && n.operands[pos].kind == ir::Operand::Kind::kAttr,
                         "disc: ", ir::op_name(n.op), " operand ", pos, " is not a constant");
@@ -58,6 +68,7 @@ size_t geometry_base(const ir::Node& n) { return n.op == conv_id() ? 3 : 4; }
 // Why node `n` must run on ATen, or nullptr when oneDNN takes it;
 // `f32_inputs`: whether every tensor input is float32.
 const char* aten_reason(const ir::Node& n, bool f32_inputs) {
+  if (!onednn_enabled()) return "disabled";
   if (!f32_inputs) return "dtype";
   for (const ir::TensorType& t : n.outputs)
     if (!t.undefined && t.dtype != ir::DType::kFloat32) return "dtype";
@@ -197,7 +208,7 @@ ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
   const size_t n = p.ops.size();
   ConvLayoutPlan plan{std::vector<bool>(n, false), std::vector<std::vector<bool>>(n),
                       std::vector<bool>(n, false)};
-  if (!nhwc_enabled()) return plan;
+  if (!nhwc_enabled() || !onednn_enabled()) return plan;
   // needs_nchw[op][k]: output k of op is a graph output or has a reader that
   // is not layout-agnostic.
   std::vector<std::vector<bool>> needs_nchw(n), may_nhwc(n);

@@ -20,7 +20,8 @@
 // Metrics: library.onednn (one per call), onednn.conv.<forward|backward_data|
 // backward_weights> (primitives run), onednn.reorders (+ .weights,
 // .activations), library.aten, library.aten.convolution[_backward],
-// library.aten_reason.<dtype|rank|transposed>, library.operand_copies.
+// library.aten_reason.<dtype|rank|transposed|disabled>, library.operand_copies.
+// DISC_ONEDNN_CONV=0 runs every convolution on ATen (reason "disabled").
 #pragma once
 #include <ATen/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -214,3 +214,16 @@ def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
     assert get(c, "library.onednn", "library.aten_reason.transposed", "library.epilogues") == (1, 1, 0)
     assert c["onednn.reorders.activations"] == 2
     torch.testing.assert_close(got, run("cpu"), rtol=1e-5, atol=1e-5)
+
+
+def test_disc_onednn_conv_0_runs_every_convolution_on_aten():
+    code = (
+        "import torch_disc, tests.python.test_conv_calls as t\n"
+        "torch_disc._C.set_executor('compiled')\n"
+        "_, c = t.counted(t.cnn_step(16))\n"
+        "print(c.get('library.aten_reason.disabled', 0), c.get('onednn.reorders', 0))\n")
+    env = dict(os.environ, DISC_ONEDNN_CONV="0", PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["4", "0"]
