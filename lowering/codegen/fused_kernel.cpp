@@ -23,6 +23,7 @@ namespace disc::lowering {
 namespace {
 
 enum class Acc { kAdd, kMax };
+constexpr uint32_t kUnroll = 4;  // independent accumulators per reduction
 enum class Mode { kVector, kTail, kStrided };
 
 const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
@@ -324,50 +325,62 @@ class Emitter {
   // loop. Returns the scalar results of `accs`, one per value body returns.
   std::vector<std::string> pass(const std::vector<Acc>& accs, const Body& body) {
     const size_t m = accs.size();
-    auto types = [&](const std::string& t) {
+    const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
+    auto types = [&](const std::string& t, size_t count) {
       std::string s;
-      for (size_t k = 0; k < m; ++k) s += (k ? ", " : "") + t;
+      for (size_t k = 0; k < count; ++k) s += (k ? ", " : "") + t;
       return s;
     };
-    const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
-    auto results = [&](const std::string& name) {
+    auto results = [&](const std::string& name, size_t count) {
       std::vector<std::string> r;
-      for (size_t k = 0; k < m; ++k) r.push_back(m == 1 ? name : name + "#" + std::to_string(k));
+      for (size_t k = 0; k < count; ++k)
+        r.push_back(count == 1 ? name : name + "#" + std::to_string(k));
       return r;
     };
-    auto head = [&](const std::string& name) {
-      return m == 0 ? std::string() : name + (m > 1 ? ":" + std::to_string(m) : "") + " = ";
+    auto head = [&](const std::string& name, size_t count) {
+      return count == 0 ? std::string()
+                        : name + (count > 1 ? ":" + std::to_string(count) : "") + " = ";
     };
-    // One loop: header with iter_args, body, combine, yield.
+    // One loop: header with iter_args, `unroll` copies of the body (at
+    // columns j, j + 16, ...), each folding into its own accumulators.
     auto loop = [&](Mode mode, uint32_t width, const std::string& lo, const std::string& hi,
-                    const std::string& step, const std::vector<std::string>& init) {
+                    const std::string& step, const std::vector<std::string>& init,
+                    uint32_t unroll) {
+      const size_t count = m * unroll;
       std::string j = fresh(), name = fresh();
       std::vector<std::string> args;
-      std::string header = head(name) + "scf.for " + j + " = " + lo + " to " + hi + " step " + step;
-      if (m) {
+      std::string header =
+          head(name, count) + "scf.for " + j + " = " + lo + " to " + hi + " step " + step;
+      if (count) {
         header += " iter_args(";
-        for (size_t k = 0; k < m; ++k) {
+        for (size_t k = 0; k < count; ++k) {
           args.push_back(fresh());
           header += (k ? ", " : "") + args[k] + " = " + init[k];
         }
-        header += ") -> (" + types(width ? vt : "f32") + ")";
+        header += ") -> (" + types(width ? vt : "f32", count) + ")";
       }
       line(header + " {");
       indent_ += "  ";
-      Variant v{mode, j, emitter(width), {}};
-      std::vector<std::string> vals = body(v);
-      if (m) {
-        std::string yield = "scf.yield ";
-        for (size_t k = 0; k < m; ++k) {
-          std::string c = accs[k] == Acc::kAdd ? v.e.binary("arith.addf", args[k], vals.at(k))
-                                               : v.e.max_nan(args[k], vals.at(k));
-          yield += (k ? ", " : "") + c;
+      std::string yield;
+      for (uint32_t u = 0; u < unroll; ++u) {
+        std::string ju = j;
+        if (u) {
+          ju = fresh();
+          line(ju + " = arith.addi " + j + ", %cw" + std::to_string(u) + " : index");
         }
-        line(yield + " : " + types(width ? vt : "f32"));
+        Variant v{mode, ju, emitter(width), {}};
+        std::vector<std::string> vals = body(v);
+        for (size_t k = 0; k < m; ++k) {
+          const std::string& acc = args[u * m + k];
+          yield += std::string(yield.empty() ? "" : ", ") +
+                   (accs[k] == Acc::kAdd ? v.e.binary("arith.addf", acc, vals.at(k))
+                                         : v.e.max_nan(acc, vals.at(k)));
+        }
       }
+      if (count) line("scf.yield " + yield + " : " + types(width ? vt : "f32", count));
       indent_.resize(indent_.size() - 2);
       line("}");
-      return results(name);
+      return results(name, count);
     };
     std::vector<std::string> vinit, sinit;
     for (Acc a : accs) {
@@ -375,21 +388,41 @@ class Emitter {
       sinit.push_back(identity(a, 0));
     }
     std::string name = fresh();
-    line(head(name) + "scf.if %contiguous" + (m ? " -> (" + types("f32") + ")" : "") + " {");
+    line(head(name, m) + "scf.if %contiguous" + (m ? " -> (" + types("f32", m) + ")" : "") + " {");
     indent_ += "  ";
-    std::vector<std::string> vres = loop(Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", vinit);
+    std::vector<std::string> vres;
+    if (m) {
+      // A reduction is bound by the latency of its accumulator chain: four
+      // independent chains over [lo, nv4), folded into one, then one vector
+      // at a time over [nv4, nv).
+      std::vector<std::string> init4;
+      for (uint32_t u = 0; u < kUnroll; ++u) init4.insert(init4.end(), vinit.begin(), vinit.end());
+      std::vector<std::string> r4 = loop(Mode::kVector, kVectorWidth, "%lo", "%nv4", "%cw4", init4, kUnroll);
+      ValueEmitter e = emitter(kVectorWidth);
+      std::vector<std::string> folded;
+      for (size_t k = 0; k < m; ++k) {
+        std::string acc = r4[k];
+        for (uint32_t u = 1; u < kUnroll; ++u)
+          acc = accs[k] == Acc::kAdd ? e.binary("arith.addf", acc, r4[u * m + k])
+                                     : e.max_nan(acc, r4[u * m + k]);
+        folded.push_back(acc);
+      }
+      vres = loop(Mode::kVector, kVectorWidth, "%nv4", "%nv", "%cw", folded, 1);
+    } else {
+      loop(Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", {}, 1);
+    }
     std::vector<std::string> reduced;
     for (size_t k = 0; k < m; ++k) reduced.push_back(horizontal(accs[k], vres[k]));
-    std::vector<std::string> tres = loop(Mode::kTail, 0, "%nv", "%n", "%c1", reduced);
-    if (m) line("scf.yield " + join(tres) + " : " + types("f32"));
+    std::vector<std::string> tres = loop(Mode::kTail, 0, "%nv", "%n", "%c1", reduced, 1);
+    if (m) line("scf.yield " + join(tres) + " : " + types("f32", m));
     indent_.resize(indent_.size() - 2);
     line("} else {");
     indent_ += "  ";
-    std::vector<std::string> sres = loop(Mode::kStrided, 0, "%lo", "%n", "%c1", sinit);
-    if (m) line("scf.yield " + join(sres) + " : " + types("f32"));
+    std::vector<std::string> sres = loop(Mode::kStrided, 0, "%lo", "%n", "%c1", sinit, 1);
+    if (m) line("scf.yield " + join(sres) + " : " + types("f32", m));
     indent_.resize(indent_.size() - 2);
     line("}");
-    return results(name);
+    return results(name, m);
   }
 
   static std::string join(const std::vector<std::string>& v) {
@@ -468,13 +501,15 @@ class Emitter {
         if (!log) store(v, out0, e);
         return std::vector{e};
       })[0];
+      // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
       std::string log_sum = log ? s.unary("math.log", sum) : "";
+      std::string inv_sum = log ? "" : s.binary("arith.divf", s.constant(1.0), sum);
       pass({}, [&](Variant& v) {
         if (log) {
           std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
           store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
         } else {
-          store(v, out0, v.e.binary("arith.divf", load_output(v, out0), v.e.splat(sum)));
+          store(v, out0, v.e.binary("arith.mulf", load_output(v, out0), v.e.splat(inv_sum)));
         }
         return std::vector<std::string>{};
       });
@@ -617,6 +652,12 @@ class Emitter {
     line("%len = arith.subi %n, %lo : index");
     line("%nrem = arith.remui %len, %cw : index");
     line("%nv = arith.subi %n, %nrem : index");
+    line("%cw4 = arith.constant " + std::to_string(kVectorWidth * kUnroll) + " : index");
+    for (uint32_t u = 1; u < kUnroll; ++u)
+      line("%cw" + std::to_string(u) + " = arith.constant " + std::to_string(kVectorWidth * u) +
+           " : index");
+    line("%nrem4 = arith.remui %len, %cw4 : index");
+    line("%nv4 = arith.subi %n, %nrem4 : index");
     line("%ni = arith.index_cast %n : index to i64");
     line("%nf = arith.sitofp %ni : i64 to f32");
     // The vector path needs unit stride along the row in every input that
