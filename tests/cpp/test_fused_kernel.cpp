@@ -48,7 +48,7 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
         mb{bv.data(), bv.data(), 0, cols, 1}, mo{out.data(), out.data(), 0, rows * cols, 1};
     MemRef1D<int64_t> ms{sizes.data(), sizes.data(), 0, 2, 1}, mst{strides.data(), strides.data(), 0, 6, 1};
     MemRef1D<double> msc{scalars.data(), scalars.data(), 0, 1, 1};
-    int64_t begin = 0, end = rows;
+    int64_t begin = 0, end = rows, chunk = 0;
     std::vector<void*> args;
     for (auto* mref : {&mx, &my, &mb, &mo}) mref->pack(args);
     ms.pack(args);
@@ -56,6 +56,7 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
     msc.pack(args);
     args.push_back(&begin);
     args.push_back(&end);
+    args.push_back(&chunk);
     jit->invoke_packed(k->name, args);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
