@@ -80,6 +80,8 @@ def parse_args(argv):
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--infer-batch", type=int, default=1, help="sequences per inference step")
     p.add_argument("--mlp-batch", type=int, default=16)
+    p.add_argument("--only", choices=sorted({v[0] for v in VARIANTS}), action="append",
+                   help="run only this workload (repeatable)")
     p.add_argument("--quick", action="store_true", help="few steps: a smoke test")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args(argv)
@@ -194,7 +196,7 @@ def main(argv=()):
     saved = torch_disc._C.gemm_merge()
     rows = []
     try:
-        workloads = list(dict.fromkeys(v[0] for v in VARIANTS))
+        workloads = [w for w in dict.fromkeys(v[0] for v in VARIANTS) if not args.only or w in args.only]
         for workload in workloads:
             mine = [v for v in VARIANTS if v[0] == workload]
             figures = timed([(make(args), merge, batched, prepack)
