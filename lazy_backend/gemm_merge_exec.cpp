@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include "lazy_backend/metrics.h"
-#include "lazy_backend/replay.h"
 
 namespace disc {
 
@@ -67,18 +66,12 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
                           std::vector<std::vector<at::Tensor>>& values) const {
   const lowering::GemmGroup& grp = p.gemm_groups[group];
   std::vector<std::vector<at::Tensor>> ins(grp.ops.size());
-  bool on_onednn = true;
   for (size_t i = 0; i < grp.ops.size(); ++i) {
     for (const ir::GraphRef& r : p.ops[grp.ops[i]].inputs) ins[i].push_back(values[r.node][r.index]);
-    on_onednn = on_onednn && !gemm_aten_reason(*g.nodes[grp.ops[i]].node, ins[i]);
-  }
-  if (!on_onednn) {  // what the pass could not see (a dtype at run time): one by one
-    metrics::bump("gemm_merge.fallbacks");
-    for (size_t i = 0; i < grp.ops.size(); ++i) {
-      const ir::Node& n = *g.nodes[grp.ops[i]].node;
-      values[grp.ops[i]] = run_library_call(*calls_[grp.ops[i]], n, std::move(ins[i]), resolve_op(n.op), &g);
-    }
-    return;
+    // The pass merged only what oneDNN takes (float32, unscaled, bias [n]),
+    // read from the trace's types, which the values have.
+    const char* why = gemm_aten_reason(*g.nodes[grp.ops[i]].node, ins[i]);
+    TORCH_INTERNAL_ASSERT(!why, "disc: merged GEMM %", grp.ops[i], " cannot run on oneDNN (", why, ")");
   }
   metrics::bump("kernels_launched");
   metrics::bump("launches.library");

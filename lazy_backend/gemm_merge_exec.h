@@ -10,11 +10,12 @@
 // strides (fused kernels, ATen element-wise and layout ops, GEMMs); a
 // member that is a graph output or read by an op that indexes storage
 // (as_strided, view, opaque ops) gets a dense copy (gemm_merge.slice_copies).
-// When a member cannot run on oneDNN at run time (dtype, bias shape) the
-// group runs member by member (gemm_merge.fallbacks).
+// The pass merges only GEMMs oneDNN takes (float32, unscaled, bias [n]);
+// the runner asserts it.
 //
 // Metrics: gemm_merge.launches, gemm_merge.members, gemm_merge.slice_copies,
-// gemm_merge.fallbacks; planned groups are counted at compile time
+// gemm_merge.weight_concats (B concatenated this step: not pre-packed);
+// planned groups are counted at compile time
 // (gemm_merge.groups, compile_cache.cpp).
 #pragma once
 #include <ATen/Tensor.h>

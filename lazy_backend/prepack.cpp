@@ -2,6 +2,7 @@
 // GEMM, pruned of dead and outdated weights on every lookup.
 #include "lazy_backend/prepack.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -53,8 +54,8 @@ Cache& cache() {
   return c;
 }
 
-bool& prepack_flag() {
-  static bool on = [] {
+std::atomic<bool>& prepack_flag() {
+  static std::atomic<bool> on = [] {
     const char* e = std::getenv("DISC_PREPACK");
     return !e || !*e || std::string(e) != "0";
   }();
