@@ -16,6 +16,7 @@
 #include <set>
 
 #include "lazy_backend/executor.h"
+#include "lazy_backend/gemm_merge_exec.h"
 #include "lazy_backend/kernel_launch.h"
 #include "lazy_backend/library_calls.h"
 #include "lazy_backend/metrics.h"
@@ -114,6 +115,7 @@ class CompiledExecutable final : public Executable {
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
                                 : std::nullopt);
     library_ = plan_library_calls(program_);
+    gemm_groups_ = GemmGroupRunner(program_, library_);
   }
 
   std::vector<at::Tensor> run(const ir::Graph& g) override {
@@ -133,10 +135,14 @@ class CompiledExecutable final : public Executable {
         values[i] = {param_tensor(*gn.node)};
         continue;
       }
+      if (program_.ops[i].gemm_group >= 0) {  // merged GEMMs: one call for all members
+        gemm_groups_.run(program_, program_.ops[i].gemm_group, g, values);
+        continue;
+      }
       std::vector<at::Tensor> ins;
       for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
       if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
-        values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s]);
+        values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s], &g);
         continue;
       }
       std::vector<bool> in_place;
@@ -175,6 +181,7 @@ class CompiledExecutable final : public Executable {
   void schedule(const std::vector<int32_t>& kernel_of_group) {
     const size_t n_ops = program_.ops.size();
     auto unit = [&](uint32_t i) -> int64_t {  // kernel units are numbered after ops
+      if (int32_t mg = program_.ops[i].gemm_group; mg >= 0) return program_.gemm_groups[mg].ops.front();
       int32_t g = program_.ops[i].group;
       return g >= 0 && kernel_of_group[g] >= 0 ? static_cast<int64_t>(n_ops + kernel_of_group[g]) : i;
     };
@@ -219,6 +226,9 @@ class CompiledExecutable final : public Executable {
     for (size_t s = 0; s < steps_.size(); ++s) {
       if (steps_[s].kernel >= 0) {
         for (const ir::GraphRef& r : kernels_[steps_[s].kernel].spec.inputs) read(r, s);
+      } else if (int32_t mg = program_.ops[steps_[s].op].gemm_group; mg >= 0) {
+        for (uint32_t m : program_.gemm_groups[mg].ops)
+          for (const ir::GraphRef& r : program_.ops[m].inputs) read(r, s);
       } else {
         for (const ir::GraphRef& r : program_.ops[steps_[s].op].inputs) read(r, s);
       }
@@ -272,6 +282,7 @@ class CompiledExecutable final : public Executable {
   std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
   std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
+  GemmGroupRunner gemm_groups_;                      // merged GEMMs, gemm_merge_exec.h
 };
 
 class CompiledExecutor final : public Executor {
