@@ -14,6 +14,12 @@
   executor's library call on oneDNN), best of ``reps``, as a fraction of the
   theoretical FMA peak of the cores it ran on (the issue's target: >= 70%).
   The ``library.onednn`` counter confirms every timed run took oneDNN.
+* Generated row kernels on disc: softmax and layer norm over [4096, 1024]
+  float32 (one kInput / kStitch kernel each), counted as STREAM counts copy
+  (read the input once, write the output once: 8 B/element), as a fraction
+  of the STREAM copy bandwidth at the same thread count (the issue's target:
+  >= 60%), next to CPU eager's own figure for the same op.  The
+  ``launches.fused`` counter confirms each timed run was one kernel.
 * A theoretical FMA peak where /proc/cpuinfo allows an estimate: physical
   cores x clock x float32 lanes of the widest vector ISA in the CPU flags
   (avx512f: 16, avx/avx2: 8, sse: 4) x 2 flops per FMA x FMA units per
@@ -207,12 +213,59 @@ def disc_gemm(n, reps):
             "runs_on_onednn": on_onednn, "runs": reps + 1}
 
 
+FUSED_SHAPE = (4096, 1024)
+
+
+def fused_ops():
+    import torch.nn.functional as F
+    w = torch.linspace(0.5, 1.5, FUSED_SHAPE[1])
+    b = torch.linspace(-1.0, 1.0, FUSED_SHAPE[1])
+    return {
+        "softmax": lambda x, dev: torch.softmax(x, -1),
+        "layer_norm": lambda x, dev: F.layer_norm(x, FUSED_SHAPE[1:], w.to(dev), b.to(dev)),
+    }
+
+
+def disc_fused(reps):
+    """GB/s (8 bytes per element) of the generated softmax and layer norm
+    kernels on disc and of CPU eager's, or the reason they could not run."""
+    try:
+        import torch_disc
+    except ImportError as exc:
+        return {"error": f"torch_disc not importable: {exc}"}
+    x = torch.randn(FUSED_SHAPE, generator=torch.Generator().manual_seed(0))
+    xd = x.to("disc")
+    torch_disc.sync()
+    bytes_moved = 2 * 4 * x.numel()
+    out = {}
+    for name, fn in fused_ops().items():
+        eager_s = best_seconds(lambda: fn(x, "cpu"), reps)
+        before = torch_disc.metrics.counters()
+
+        def run():
+            y = fn(xd, "disc")  # noqa: F841 -- alive at the sync, so computed
+            torch_disc.sync()
+        seconds = best_seconds(run, reps)
+        after = torch_disc.metrics.counters()
+        kernels = {k: after.get(k, 0) - before.get(k, 0) for k in ("launches.fused", "launches.aten")}
+        out[name] = {"gbs": bytes_moved / seconds / 1e9, "seconds": seconds,
+                     "eager_gbs": bytes_moved / eager_s / 1e9,
+                     "fused_launches_per_run": kernels["launches.fused"] / (reps + 1),
+                     "aten_launches_per_run": kernels["launches.aten"] / (reps + 1)}
+    return out
+
+
 def measure_at(threads, elements, n, reps):
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return {"threads": threads, "stream": stream(elements, reps["stream"]),
-                "gemm": gemm(n, reps["gemm"]), "disc_gemm": disc_gemm(n, reps["gemm"])}
+        m = {"threads": threads, "stream": stream(elements, reps["stream"]),
+             "gemm": gemm(n, reps["gemm"]), "disc_gemm": disc_gemm(n, reps["gemm"]),
+             "disc_fused": disc_fused(reps["stream"])}
+        for f in m["disc_fused"].values():
+            if isinstance(f, dict):
+                f["fraction_of_stream_copy"] = f["gbs"] / m["stream"]["copy_gbs"]
+        return m
     finally:
         torch.set_num_threads(previous)
 
@@ -292,6 +345,17 @@ def table(r):
                     if g["fraction_of_fma_peak"] else "no FMA peak estimate")
             lines.append(f"| disc GEMM (oneDNN) | {g['gflops']:.1f} GFLOP/s | {t} | {frac}; "
                          f"{g['runs_on_onednn']}/{g['runs']} runs on oneDNN |")
+        fused = m.get("disc_fused", {})
+        if "error" in fused:
+            lines.append(f"| disc softmax / layer norm | n/a | {t} | {fused['error']} |")
+        for name, f in fused.items():
+            if not isinstance(f, dict):
+                continue
+            lines.append(f"| disc {name} {FUSED_SHAPE[0]}x{FUSED_SHAPE[1]} | {f['gbs']:.1f} GB/s | {t} | "
+                         f"{100 * f['fraction_of_stream_copy']:.0f}% of STREAM copy; "
+                         f"{f['fused_launches_per_run']:.0f} kernel(s), "
+                         f"{f['aten_launches_per_run']:.0f} ATen per run; CPU eager "
+                         f"{f['eager_gbs']:.1f} GB/s |")
     peak = r["theoretical_fma_peak"]
     if peak["gflops"]:
         lines.append(f"| theoretical FMA peak (estimate) | {peak['gflops']:.1f} GFLOP/s "

@@ -22,6 +22,7 @@ void count_plan(const lowering::CompileResult& r) {
     metrics::bump(std::string("planned.") + lowering::fusion_kind_name(g.kind));
   metrics::bump("planned.library_calls", static_cast<int64_t>(p.library_calls()));
   metrics::bump("planned.epilogues", static_cast<int64_t>(p.epilogues()));
+  metrics::bump("gemm_merge.groups", static_cast<int64_t>(p.gemm_groups.size()));
   metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
   for (const lowering::PassTiming& t : r.timings)
     metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));

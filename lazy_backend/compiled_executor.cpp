@@ -17,6 +17,8 @@
 
 #include "lazy_backend/conv_calls.h"
 #include "lazy_backend/executor.h"
+#include "lazy_backend/gemm_merge_exec.h"
+#include "lazy_backend/kernel_launch.h"
 #include "lazy_backend/library_calls.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/persistent_cache.h"
@@ -114,6 +116,7 @@ class CompiledExecutable final : public Executable {
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
                                 : std::nullopt);
     library_ = plan_library_calls(program_);
+    gemm_groups_ = GemmGroupRunner(program_, library_);
     layouts_ = plan_conv_layouts(program_);
   }
 
@@ -123,7 +126,8 @@ class CompiledExecutable final : public Executable {
     for (size_t s = 0; s < steps_.size(); ++s) {
       const Step& step = steps_[s];
       if (step.kernel >= 0) {
-        launch(kernels_[step.kernel], g, values);
+        const Kernel& k = kernels_[step.kernel];
+        launch_fused_kernel(k.spec, k.fn, g, values);
         ++fused;
         continue;
       }
@@ -133,10 +137,14 @@ class CompiledExecutable final : public Executable {
         values[i] = {param_tensor(*gn.node)};
         continue;
       }
+      if (program_.ops[i].gemm_group >= 0) {  // merged GEMMs: one call for all members
+        gemm_groups_.run(program_, program_.ops[i].gemm_group, g, values);
+        continue;
+      }
       std::vector<at::Tensor> ins;
       for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
       if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
-        values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s]);
+        values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s], &g);
         if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
         continue;
       }
@@ -179,6 +187,7 @@ class CompiledExecutable final : public Executable {
   void schedule(const std::vector<int32_t>& kernel_of_group) {
     const size_t n_ops = program_.ops.size();
     auto unit = [&](uint32_t i) -> int64_t {  // kernel units are numbered after ops
+      if (int32_t mg = program_.ops[i].gemm_group; mg >= 0) return program_.gemm_groups[mg].ops.front();
       int32_t g = program_.ops[i].group;
       return g >= 0 && kernel_of_group[g] >= 0 ? static_cast<int64_t>(n_ops + kernel_of_group[g]) : i;
     };
@@ -223,6 +232,9 @@ class CompiledExecutable final : public Executable {
     for (size_t s = 0; s < steps_.size(); ++s) {
       if (steps_[s].kernel >= 0) {
         for (const ir::GraphRef& r : kernels_[steps_[s].kernel].spec.inputs) read(r, s);
+      } else if (int32_t mg = program_.ops[steps_[s].op].gemm_group; mg >= 0) {
+        for (uint32_t m : program_.gemm_groups[mg].ops)
+          for (const ir::GraphRef& r : program_.ops[m].inputs) read(r, s);
       } else {
         for (const ir::GraphRef& r : program_.ops[steps_[s].op].inputs) read(r, s);
       }
@@ -270,80 +282,13 @@ class CompiledExecutable final : public Executable {
     return ok;
   }
 
-  void launch(Kernel& k, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
-    const lowering::FusedKernel& spec = k.spec;
-    const uint32_t R = spec.rank;
-    // The iteration space in *this* graph, padded with leading 1s to the
-    // kernel's rank.
-    std::vector<int64_t> sizes = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
-    sizes.insert(sizes.begin(), R - std::min<size_t>(R, sizes.size()), 1);
-    int64_t numel = 1;
-    for (int64_t s : sizes) numel *= s;
-    std::vector<at::Tensor> inputs;
-    std::vector<int64_t> strides;
-    for (const ir::GraphRef& r : spec.inputs) {
-      at::Tensor t = values[r.node][r.index];
-      inputs.push_back(t);
-      const int64_t k_rank = t.dim(), lead = static_cast<int64_t>(R) - k_rank;
-      for (uint32_t a = 0; a < R; ++a) {
-        int64_t ax = static_cast<int64_t>(a) - lead;
-        strides.push_back(ax < 0 || t.size(ax) == 1 ? 0 : t.stride(ax));
-      }
-    }
-    std::vector<double> scalars;
-    for (auto [op, slot] : spec.runtime) {
-      const ir::Attr& a = g.nodes[op].node->runtime[slot];
-      scalars.push_back(a.kind == ir::Attr::Kind::kScalarDouble ? a.d : static_cast<double>(a.i));
-    }
-    std::vector<at::Tensor> outputs;
-    for (const lowering::KernelOutput& o : spec.outputs)
-      outputs.push_back(at::empty(g.nodes[o.op].node->outputs[o.index].sizes, at::kFloat));
-    // A row kernel still runs over rows of length 0: their sum is 0, their
-    // mean NaN. Nothing runs when there are no rows (or no elements).
-    int64_t rows = 1;
-    for (size_t a = 0; a + 1 < sizes.size(); ++a) rows *= sizes[a];
-    if (spec.kind != lowering::FusionKind::kLoop ? rows > 0 : numel > 0) {
-      const int64_t inner = std::max<int64_t>(numel, rows) / sizes[0];
-      const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
-      at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) {
-        std::vector<void*> args;
-        std::vector<MemRef1D<char>> bufs;
-        bufs.reserve(inputs.size() + outputs.size() + 3);
-        for (const at::Tensor& t : inputs) {
-          char* p = static_cast<char*>(t.data_ptr());
-          bufs.push_back({p, p, 0, INT64_MAX, 1});
-        }
-        for (const at::Tensor& t : outputs) {
-          char* p = static_cast<char*>(t.data_ptr());
-          bufs.push_back({p, p, 0, t.numel(), 1});
-        }
-        bufs.push_back({reinterpret_cast<char*>(sizes.data()), reinterpret_cast<char*>(sizes.data()), 0,
-                        static_cast<int64_t>(sizes.size()), 1});
-        bufs.push_back({reinterpret_cast<char*>(strides.data()), reinterpret_cast<char*>(strides.data()), 0,
-                        static_cast<int64_t>(strides.size()), 1});
-        bufs.push_back({reinterpret_cast<char*>(scalars.data()), reinterpret_cast<char*>(scalars.data()), 0,
-                        static_cast<int64_t>(scalars.size()), 1});
-        for (auto& b : bufs) b.pack(args);
-        int64_t b = begin, e = end;
-        args.push_back(&b);
-        args.push_back(&e);
-        k.fn(args.data());
-      });
-    }
-    // Outputs of one op (layer norm: y, mean, rstd) go back in index order.
-    for (size_t j = 0; j < spec.outputs.size(); ++j) {
-      std::vector<at::Tensor>& v = values[spec.outputs[j].op];
-      if (v.size() <= spec.outputs[j].index) v.resize(spec.outputs[j].index + 1);
-      v[spec.outputs[j].index] = outputs[j];
-    }
-  }
-
   Program program_;  // its node pointers die with the first graph: read nodes from `g`
   std::vector<Kernel> kernels_;
   std::vector<Step> steps_;
   std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
   std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
+  GemmGroupRunner gemm_groups_;                      // merged GEMMs, gemm_merge_exec.h
   ConvLayoutPlan layouts_;  // where activations are NHWC, see conv_calls.h
 };
 

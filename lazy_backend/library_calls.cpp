@@ -8,10 +8,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "lazy_backend/conv_calls.h"
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/prepack.h"
 #include "lazy_backend/replay.h"
 #include "runtime/onednn_gemm.h"
 
@@ -71,23 +74,20 @@ const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tens
   return nullptr;
 }
 
-at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, bool relu) {
-  const bool batched = kind == Gemm::kBmm;
-  at::Tensor& a = ins[kind == Gemm::kAddmm ? 1 : 0];
-  at::Tensor& b = ins[kind == Gemm::kAddmm ? 2 : 1];
+}  // namespace
+
+at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, bool relu, bool batched,
+                         const std::vector<WeightView>* weights,
+                         const std::function<at::Tensor()>& make_b) {
   const int64_t d = batched ? 1 : 0;
-  at::Tensor out = at::empty(n.outputs[0].sizes, at::kFloat);
   runtime::Gemm g;
   g.batched = batched;
   g.batch = batched ? a.size(0) : 1;
   g.m = a.size(d), g.k = a.size(d + 1), g.n = b.size(d + 1);
-  TORCH_INTERNAL_ASSERT(out.numel() == g.batch * g.m * g.n, "disc: ", ir::op_name(n.op),
-                        " output size differs from its trace");
+  at::Tensor out = batched ? at::empty({g.batch, g.m, g.n}, at::kFloat) : at::empty({g.m, g.n}, at::kFloat);
   g.a = operand(a, batched);
-  g.b = operand(b, batched);
-  at::Tensor bias;
-  if (kind == Gemm::kAddmm) {
-    bias = ins[0].reshape({-1}).expand({g.n});
+  at::Tensor bias = bias_in;
+  if (bias.defined()) {
     if (g.n > 1 && bias.stride(0) != 1) {
       bias = bias.contiguous();
       metrics::bump("library.operand_copies");
@@ -99,13 +99,42 @@ at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, 
   // oneDNN's parallel regions are sized by this thread's OpenMP setting:
   // make it torch's (a thread that never ran a torch kernel has the default).
   at::internal::lazy_init_num_threads();
+  metrics::bump("library.onednn");
+  metrics::bump("library.gemm_calls");
+  if (relu) metrics::bump("library.epilogues");
+  if (weights && !batched && g.m > 0 && g.n > 0 && g.k > 0) {
+    std::shared_ptr<const runtime::PackedB> packed = packed_weights(*weights, g, [&] {
+      at::Tensor dense = make_b ? make_b() : b;
+      operand(dense, false);  // a dense layout for the reorder to read
+      return dense;
+    });
+    runtime::onednn_gemm_packed(g, *packed);
+    metrics::bump("onednn.packed_gemms");
+    return out;
+  }
+  g.b = operand(b, batched);
   switch (runtime::onednn_gemm(g)) {
     case runtime::PrimitiveUse::kCreated: metrics::bump("onednn.primitives_created"); break;
     case runtime::PrimitiveUse::kReused: metrics::bump("onednn.primitive_reuses"); break;
     case runtime::PrimitiveUse::kNone: break;
   }
-  metrics::bump("library.onednn");
-  if (relu) metrics::bump("library.epilogues");
+  return out;
+}
+
+namespace {
+
+at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, bool relu,
+                    const std::optional<at::Tensor>& weight) {
+  const bool batched = kind == Gemm::kBmm;
+  at::Tensor a = ins[kind == Gemm::kAddmm ? 1 : 0];
+  at::Tensor b = ins[kind == Gemm::kAddmm ? 2 : 1];
+  at::Tensor bias;
+  if (kind == Gemm::kAddmm) bias = ins[0].reshape({-1}).expand({b.size(1)});
+  std::vector<WeightView> views;
+  if (weight) views.push_back({*weight, b});
+  at::Tensor out = onednn_matmul(a, b, bias, relu, batched, weight ? &views : nullptr);
+  TORCH_INTERNAL_ASSERT(out.sizes() == c10::IntArrayRef(n.outputs[0].sizes), "disc: ", ir::op_name(n.op),
+                        " output size differs from its trace");
   return out;
 }
 
@@ -114,6 +143,41 @@ std::string short_name(uint32_t op) {
   const std::string& full = ir::op_name(op);
   const size_t ns = full.find("::");
   return ns == std::string::npos ? full : full.substr(ns + 2);
+}
+
+}  // namespace
+
+const char* gemm_aten_reason(const ir::Node& n, const std::vector<at::Tensor>& ins) {
+  return aten_reason(gemm_kind(n.op), n, ins);
+}
+
+std::optional<at::Tensor> weight_base(const LibraryCall& call, const ir::Graph& g) {
+  if (call.weight_param < 0 || !prepack_enabled()) return std::nullopt;
+  const ir::GraphNode& gn = g.nodes[call.weight_param];
+  // Inference: no grad mode, and the graph leaves the weight as it is, so
+  // the next step reads the same value. A training step's weights change
+  // every step: packing pays only when several GEMMs read one.
+  const bool unchanged = gn.param >= 0 && (g.pinned_params.empty() || g.pinned_params[gn.param]);
+  if (!(unchanged && !at::GradMode::is_enabled()) && !call.weight_reused) return std::nullopt;
+  at::Tensor base = param_tensor(*gn.node);
+  if (base.is_inference() || base.scalar_type() != at::kFloat) return std::nullopt;
+  return base;
+}
+
+namespace {
+
+// The parameter op B of GEMM `i` is a view of, through ops that only
+// relayout it, or -1.
+int32_t weight_param_of(const lowering::Program& p, uint32_t i) {
+  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm");
+  static const std::vector<uint32_t> views{ir::intern_op("aten::transpose.int"), ir::intern_op("aten::t"),
+                                           ir::intern_op("aten::permute"), ir::intern_op("aten::alias")};
+  const lowering::ProgramOp& op = p.ops[i];
+  if (op.node->op != mm && op.node->op != addmm) return -1;
+  uint32_t src = op.inputs[op.node->op == addmm ? 2 : 1].node;
+  while (std::find(views.begin(), views.end(), p.ops[src].node->op) != views.end())
+    src = p.ops[src].inputs[0].node;
+  return p.ops[src].cls == lowering::OpClass::kData ? static_cast<int32_t>(src) : -1;
 }
 
 }  // namespace
@@ -133,9 +197,17 @@ std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Progr
     } else if (op.cls == lowering::OpClass::kLibrary) {
       const bool gemm = gemm_kind(op.node->op) != Gemm::kNone;
       calls[i] = LibraryCall{gemm ? LibraryCall::Kind::kGemm : LibraryCall::Kind::kAten, false};
+      if (gemm) calls[i]->weight_param = weight_param_of(p, i);
       if (is_conv_op(op.node->op)) calls[i]->kind = LibraryCall::Kind::kConv;
     }
   }
+  // A B read by several GEMMs is packed once and reused within the step.
+  std::map<std::pair<uint32_t, uint32_t>, int> readers;
+  auto b_of = [&](uint32_t i) { return p.ops[i].inputs[p.ops[i].inputs.size() == 3 ? 2 : 1]; };
+  for (uint32_t i = 0; i < p.ops.size(); ++i)
+    if (calls[i] && calls[i]->weight_param >= 0) ++readers[{b_of(i).node, b_of(i).index}];
+  for (uint32_t i = 0; i < p.ops.size(); ++i)
+    if (calls[i] && calls[i]->weight_param >= 0) calls[i]->weight_reused = readers[{b_of(i).node, b_of(i).index}] > 1;
   const ConvLayoutPlan layouts = plan_conv_layouts(p);
   for (uint32_t i = 0; i < p.ops.size(); ++i)
     if (calls[i] && calls[i]->kind == LibraryCall::Kind::kConv) calls[i]->nhwc_out = layouts.nhwc_out[i];
@@ -144,7 +216,7 @@ std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Progr
 
 std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node& n,
                                          std::vector<at::Tensor> ins,
-                                         const c10::OperatorHandle& aten) {
+                                         const c10::OperatorHandle& aten, const ir::Graph* g) {
   // The GEMM wrote relu's result already; its own value has no other reader.
   if (call.kind == LibraryCall::Kind::kEpilogue) return {ins[0]};
   metrics::bump("kernels_launched");
@@ -153,7 +225,8 @@ std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node
     return run_conv_call(n, std::move(ins), aten, call.relu, call.nhwc_out);
   const Gemm kind = gemm_kind(n.op);
   const char* why = call.kind == LibraryCall::Kind::kGemm ? aten_reason(kind, n, ins) : "op";
-  if (!why) return {run_gemm(kind, n, ins, call.relu)};
+  if (!why) return {run_gemm(kind, n, ins, call.relu, g ? weight_base(call, *g) : std::nullopt)};
+  if (call.kind == LibraryCall::Kind::kGemm) metrics::bump("library.gemm_calls");
   metrics::bump("library.aten");
   metrics::bump("library.aten." + short_name(n.op));
   metrics::bump(std::string("library.aten_reason.") + why);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "lazy_backend/prepack.h"
 #include "lowering/program.h"
 
 namespace disc {
@@ -29,15 +30,38 @@ struct LibraryCall {
   Kind kind = Kind::kAten;
   bool relu = false;  // kGemm, kConv: apply the relu epilogue
   bool nhwc_out = false;  // kConv: may leave its output NHWC (ConvLayoutPlan)
+  // kGemm mm / addmm whose B is a graph parameter seen through layout ops
+  // (W, W^T): that parameter's op, else -1; a pre-packing candidate
+  // (prepack.h). weight_reused: several GEMMs of the graph read this B.
+  int32_t weight_param = -1;
+  bool weight_reused = false;
 };
 
 // How each op of `p` runs if it is a library call or an epilogue; nullopt
 // for every other op.
 std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Program& p);
 
-// Runs `call` for this graph's node `n` on `ins`; `aten` is n's ATen operator.
+// Runs `call` for this graph's node `n` on `ins`; `aten` is n's ATen
+// operator; `g` (the graph being run) lets a GEMM pre-pack its weight.
 std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node& n,
                                          std::vector<at::Tensor> ins,
-                                         const c10::OperatorHandle& aten);
+                                         const c10::OperatorHandle& aten,
+                                         const ir::Graph* g = nullptr);
+
+// Why float32 GEMM node `n` must run on ATen with `ins`, or nullptr.
+const char* gemm_aten_reason(const ir::Node& n, const std::vector<at::Tensor>& ins);
+
+// One float32 GEMM on oneDNN into a new dense tensor: a [m, k] @ b [k, n]
+// (+ bias [n], contiguous, or undefined) (relu), or bmm when `batched`.
+// With `weights` (B's parameter buffers and views; make_b builds B from
+// them on a miss; default: b itself), B comes pre-packed. Counts
+// library.onednn and library.gemm_calls.
+at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias, bool relu, bool batched,
+                         const std::vector<WeightView>* weights = nullptr,
+                         const std::function<at::Tensor()>& make_b = {});
+
+// The parameter buffer `call` reads B from, if pre-packing it pays in `g`:
+// the parameter is unchanged by this graph, or several GEMMs read it.
+std::optional<at::Tensor> weight_base(const LibraryCall& call, const ir::Graph& g);
 
 }  // namespace disc

@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "lazy_backend/prepack.h"
+#include "lowering/pipeline.h"
 #include "lazy_backend/capture.h"
 #include "lazy_backend/lazy_storage.h"
 #include "lazy_backend/metrics.h"
@@ -95,6 +97,20 @@ PYBIND11_MODULE(_C, m) {
     set_active_executor(name);
     clear_compile_cache();
   }, "Runs new graphs on 'compiled' or 'reference'; clears the compile cache");
+  m.def("set_gemm_merge", [](bool on, bool batched) {
+    lowering::set_pipeline_options({on, batched});
+    clear_compile_cache();
+  }, py::arg("on"), py::arg("batched") = false,
+     "GEMM merge on / off (and batched merging of independent GEMMs); clears the compile cache");
+  m.def("gemm_merge", [] {
+    const lowering::PipelineOptions o = lowering::pipeline_options();
+    return py::make_tuple(o.gemm_merge, o.gemm_merge_batched);
+  });
+  m.def("set_prepack", [](bool on) {
+    set_prepack(on);
+    clear_packed_weights();
+  }, "Pre-packed GEMM weights on / off; drops the packed ones");
+  m.def("packed_weights", &packed_weights_size, "How many packed weights are cached");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
   m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
   m.def("is_pending", &is_pending);

@@ -75,8 +75,16 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
                                std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
   if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
     ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
-  for (size_t j = 0; j < n.mutated.size(); ++j)
-    if (!in_place || !(*in_place)[j]) ins[n.mutated[j]] = ins[n.mutated[j]].clone();
+  for (size_t j = 0; j < n.mutated.size(); ++j) {
+    if (!in_place || !(*in_place)[j]) {
+      ins[n.mutated[j]] = ins[n.mutated[j]].clone();
+    } else {
+      // Below ADInplaceOrView nothing bumps the version: do it, so caches
+      // keyed by (buffer, version) -- packed weights -- see the write.
+      c10::TensorImpl* impl = ins[n.mutated[j]].unsafeGetTensorImpl();
+      if (!impl->is_inference()) impl->bump_version();
+    }
+  }
 
   torch::jit::Stack stack;
   stack.reserve(n.operands.size());

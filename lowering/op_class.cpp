@@ -29,7 +29,7 @@ const std::unordered_map<std::string, OpClass>& table() {
              "aten::copy", "aten::clone", "aten::_to_copy", "aten::masked_fill.Scalar",
              "aten::eq.Scalar", "aten::ne.Scalar", "aten::gt.Scalar", "aten::lt.Scalar",
              "aten::eq.Tensor", "aten::ge.Scalar", "aten::le.Scalar", "aten::fill_.Scalar",
-             "aten::zero_", "aten::zeros",
+             "aten::zero_", "aten::zeros", "aten::mul.out", "aten::add.out",
          })
       (*m)[n] = OpClass::kElementwise;
     for (const char* n : {"aten::expand", "aten::unsqueeze"}) (*m)[n] = OpClass::kBroadcast;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -25,9 +26,25 @@ constexpr Pass kPipeline[] = {
     {"canonicalize", canonicalize, "CSE + DCE: fusion must see each value once"},
     {"shape-constraints", shape_constraints, "symbolic dims decide fusion legality"},
     {"library-epilogue", library_epilogue, "relu after a GEMM / conv is a oneDNN post-op, not a kernel"},
+    {"gemm-merge", gemm_merge, "GEMMs sharing an operand are one library call"},
     {"fusion-plan", plan_fusion, "kLoop / kInput / kStitch kernels, library calls"},
     {"verify-plan", verify_plan, "the plan is acyclic and each kernel well formed"},
 };
+
+bool env_on(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  return std::string(e) != "0";
+}
+
+std::mutex& options_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+PipelineOptions& options() {
+  static PipelineOptions o{env_on("DISC_GEMM_MERGE", true), env_on("DISC_GEMM_MERGE_BATCHED", false)};
+  return o;
+}
 
 // <dir>/<graph hash>.<step>.<pass>.txt, so a listing reads in pipeline order.
 void dump(const char* dir, const ir::Graph& g, size_t step, const char* pass,
@@ -38,6 +55,16 @@ void dump(const char* dir, const ir::Graph& g, size_t step, const char* pass,
 }
 
 }  // namespace
+
+PipelineOptions pipeline_options() {
+  std::lock_guard<std::mutex> lock(options_mutex());
+  return options();
+}
+
+void set_pipeline_options(const PipelineOptions& o) {
+  std::lock_guard<std::mutex> lock(options_mutex());
+  options() = o;
+}
 
 CompileResult compile(const ir::Graph& graph) {
   CompileResult r{make_program(graph), {}};

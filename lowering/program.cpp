@@ -15,6 +15,15 @@ const char* fusion_kind_name(FusionKind k) {
   return "?";
 }
 
+const char* gemm_merge_kind_name(GemmMergeKind k) {
+  switch (k) {
+    case GemmMergeKind::kSharedLhs: return "shared_lhs";
+    case GemmMergeKind::kSharedRhs: return "shared_rhs";
+    case GemmMergeKind::kBatched: return "batched";
+  }
+  return "?";
+}
+
 Program make_program(const ir::Graph& graph) {
   Program p;
   p.ops.reserve(graph.nodes.size());
@@ -57,6 +66,12 @@ size_t Program::epilogues() const {
   return n;
 }
 
+size_t Program::library_launches() const {
+  size_t merged = 0;
+  for (const GemmGroup& g : gemm_groups) merged += g.ops.size() - 1;
+  return library_calls() - merged;
+}
+
 size_t Program::unfused_ops() const {
   size_t n = 0;
   for (const ProgramOp& op : ops)
@@ -86,6 +101,11 @@ uint64_t Program::signature() const {
     h = hash_mix(h, c.rhs.size());
     for (uint32_t s : c.rhs) h = hash_mix(h, s);
   }
+  for (const GemmGroup& g : gemm_groups) {
+    h = hash_mix(h, 0x9e44 + static_cast<uint64_t>(g.kind));
+    h = hash_mix(h, g.ops.size());
+    for (uint32_t o : g.ops) h = hash_mix(h, o);
+  }
   for (const FusionGroup& g : groups) {
     h = hash_mix(h, static_cast<uint64_t>(g.kind));
     h = hash_mix(h, g.ops.size());
@@ -112,6 +132,7 @@ std::string Program::to_string() const {
     }
     if (op.group >= 0) os << "  group " << op.group;
     if (op.epilogue_of >= 0) os << "  epilogue of %" << op.epilogue_of;
+    if (op.gemm_group >= 0) os << "  gemm group " << op.gemm_group;
     os << "\n";
   }
   os << "  return (";
@@ -121,6 +142,11 @@ std::string Program::to_string() const {
   for (size_t g = 0; g < groups.size(); ++g) {
     os << "  group " << g << " " << fusion_kind_name(groups[g].kind) << ":";
     for (uint32_t o : groups[g].ops) os << " %" << o;
+    os << "\n";
+  }
+  for (size_t g = 0; g < gemm_groups.size(); ++g) {
+    os << "  gemm group " << g << " " << gemm_merge_kind_name(gemm_groups[g].kind) << ":";
+    for (uint32_t o : gemm_groups[g].ops) os << " %" << o;
     os << "\n";
   }
   for (const ProductConstraint& c : products) {

@@ -36,6 +36,8 @@ struct ProgramOp {
   // The library call (GEMM) this op runs inside as a oneDNN post-op, or -1:
   // such an op is no kernel of its own and joins no fusion group.
   int32_t epilogue_of = -1;
+  // The merged GEMM (Program::gemm_groups) this op runs inside, or -1.
+  int32_t gemm_group = -1;
   // Symbol of each output dim (shape constraints); symbol 0 means "size 1".
   std::vector<std::vector<uint32_t>> dims;
 };
@@ -43,6 +45,21 @@ struct ProgramOp {
 struct FusionGroup {
   FusionKind kind = FusionKind::kLoop;
   std::vector<uint32_t> ops;  // in program order
+};
+
+// GEMMs that run as one library call (gemm_merge). Members stay ops, so
+// their values keep their identities; the executor runs the group when the
+// inputs of all of them exist and hands each its part of the one result.
+enum class GemmMergeKind : uint8_t {
+  kSharedLhs,  // C_i = A @ B_i     -> A @ [B_1 | B_2 ...], column slices
+  kSharedRhs,  // C_i = A_i @ B     -> [A_1; A_2 ...] @ B, row slices
+  kBatched,    // C_i = A_i @ B_i   -> bmm(stack(A_i), stack(B_i)), one batch each
+};
+const char* gemm_merge_kind_name(GemmMergeKind k);
+
+struct GemmGroup {
+  GemmMergeKind kind = GemmMergeKind::kSharedLhs;
+  std::vector<uint32_t> ops;  // members, in program order
 };
 
 // dims(lhs) multiply to dims(rhs): reshape / view / flatten.
@@ -56,11 +73,14 @@ struct Program {
   uint32_t num_symbols = 1;  // symbol 0 is the constant 1
   std::vector<ProductConstraint> products;
   std::vector<FusionGroup> groups;
+  std::vector<GemmGroup> gemm_groups;
 
   // Counts after fusion planning.
   size_t live_ops() const;
   size_t library_calls() const;
   size_t epilogues() const;    // ops that run inside a library call
+  // Library calls once merged GEMMs count as one.
+  size_t library_launches() const;
   size_t unfused_ops() const;  // live ops outside groups that are not data or library
   std::string to_string() const;
   // Hash of every decision the passes made: erased ops, rewired inputs,

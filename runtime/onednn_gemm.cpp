@@ -161,9 +161,99 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   return created ? PrimitiveUse::kCreated : PrimitiveUse::kReused;
 }
 
+namespace {
+
+// Packed primitives have every size fixed, so they are keyed by them.
+struct PackedKey {
+  int64_t m, n, k;
+  Layout a;
+  bool bias, relu;
+  bool operator<(const PackedKey& o) const {
+    return std::tie(m, n, k, a, bias, relu) < std::tie(o.m, o.n, o.k, o.a, o.bias, o.relu);
+  }
+};
+
+struct PackedPrimitive {
+  dnnl::matmul prim;
+  memory::desc weights;
+};
+
+std::map<PackedKey, std::shared_ptr<const PackedPrimitive>>& packed_cache() {
+  static std::map<PackedKey, std::shared_ptr<const PackedPrimitive>> c;
+  return c;
+}
+
+std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
+  const PackedKey key{g.m, g.n, g.k, layout_of(g.a, g.m, g.k, 1), g.bias != nullptr, g.relu};
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto& slot = packed_cache()[key];
+  if (slot) return slot;
+  dnnl::primitive_attr attr;
+  if (g.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  // A's layout only matters for the source descriptor; any dense one works.
+  const Tag a_tag = key.a == Layout::kColMajor ? Tag::ba : Tag::ab;
+  memory::desc a({g.m, g.k}, memory::data_type::f32, a_tag);
+  memory::desc b({g.k, g.n}, memory::data_type::f32, Tag::any);
+  memory::desc c({g.m, g.n}, memory::data_type::f32, Tag::ab);
+  memory::desc bias = g.bias ? memory::desc({1, g.n}, memory::data_type::f32, Tag::ab) : memory::desc();
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, cpu_engine());
+  slot = std::make_shared<const PackedPrimitive>(PackedPrimitive{dnnl::matmul(pd), pd.weights_desc()});
+  return slot;
+}
+
+}  // namespace
+
+struct PackedB {
+  memory::desc desc;
+  memory mem;  // owns the packed buffer
+};
+
+std::shared_ptr<const PackedB> pack_b(const Gemm& g) {
+  const Layout bl = layout_of(g.b, g.k, g.n, 1);
+  if (bl == Layout::kOther || layout_of(g.a, g.m, g.k, 1) == Layout::kOther)
+    throw std::invalid_argument("pack_b: an operand is neither dense row- nor column-major");
+  std::shared_ptr<const PackedPrimitive> pp = packed_primitive(g);
+  dnnl::engine& eng = cpu_engine();
+  memory src(memory::desc({g.k, g.n}, memory::data_type::f32, tag_of(false, bl)), eng,
+             const_cast<float*>(g.b.data));
+  auto packed = std::make_shared<PackedB>(PackedB{pp->weights, memory(pp->weights, eng)});
+  dnnl::stream stream(eng);
+  dnnl::reorder(src, packed->mem).execute(stream, src, packed->mem);
+  stream.wait();
+  return packed;
+}
+
+bool packed_b_fits(const PackedB& p, const Gemm& g) {
+  return !g.batched && g.m > 0 && g.k > 0 && g.n > 0 && packed_primitive(g)->weights == p.desc;
+}
+
+PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
+  std::shared_ptr<const PackedPrimitive> pp = packed_primitive(g);
+  if (g.batched || !(pp->weights == p.desc))
+    throw std::invalid_argument("onednn_gemm_packed: weights packed for another shape");
+  dnnl::engine& eng = cpu_engine();
+  const Layout al = layout_of(g.a, g.m, g.k, 1);
+  auto md = [&](int64_t r, int64_t c, Tag t) { return memory::desc({r, c}, memory::data_type::f32, t); };
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(md(g.m, g.k, tag_of(false, al)), eng, const_cast<float*>(g.a.data))},
+      {DNNL_ARG_WEIGHTS, p.mem},
+      {DNNL_ARG_DST, memory(md(g.m, g.n, Tag::ab), eng, g.c)},
+  };
+  if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(md(1, g.n, Tag::ab), eng, const_cast<float*>(g.bias)));
+  dnnl::stream stream(eng);
+  pp->prim.execute(stream, args);
+  stream.wait();
+  return PrimitiveUse::kReused;
+}
+
 void clear_gemm_primitives() {
   std::lock_guard<std::mutex> lock(cache_mutex());
   cache().clear();
+  packed_cache().clear();
 }
 
 }  // namespace disc::runtime

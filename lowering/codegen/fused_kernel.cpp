@@ -23,6 +23,7 @@ namespace disc::lowering {
 namespace {
 
 enum class Acc { kAdd, kMax };
+constexpr uint32_t kUnroll = 4;  // independent accumulators per reduction
 enum class Mode { kVector, kTail, kStrided };
 
 const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
@@ -85,7 +86,7 @@ class Emitter {
     static const char* row_ops[] = {
         "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
         "aten::_log_softmax_backward_data", "aten::sum.dim_IntList", "aten::mean.dim",
-        "aten::amax", "aten::native_layer_norm"};
+        "aten::amax", "aten::native_layer_norm", "aten::native_layer_norm_backward"};
     bool known = false;
     for (const char* s : row_ops) known = known || name_ == s;
     if (!known) return fail(why, row_op_, "no row codegen for this op");
@@ -96,12 +97,38 @@ class Emitter {
     if (R == 0) return fail(why, row_op_, "0-dim input");
     kernel_.rank = std::max<uint32_t>(R, 2);
     for (const ir::TensorType& t : row.outputs)
-      if (t.dtype != ir::DType::kFloat32) return fail(why, row_op_, "only f32 outputs are generated");
-    if (!last_dim_only(row, R)) return fail(why, row_op_, "reduces other than the last dim");
+      if (t.dtype != ir::DType::kFloat32 && !t.undefined)
+        return fail(why, row_op_, "only f32 outputs are generated");
+    column_ = leading_dims_only(row, R);
+    if (!column_ && !last_dim_only(row, R))
+      return fail(why, row_op_, "reduces neither the last dim nor all leading dims");
     if (!collect(why)) return false;
-    for (uint32_t k = 0; k < row.num_returns; ++k)
-      kernel_.outputs.push_back({row_op_, k, is_reduction() || k > 0});
+    using Extent = KernelOutput::Extent;
+    for (uint32_t k = 0; k < row.num_returns; ++k) {
+      if (row.outputs[k].undefined) continue;  // output_mask left it out
+      Extent e = Extent::kElements;
+      if (column_ || (name_ == "aten::native_layer_norm_backward" && k > 0)) e = Extent::kPerColumn;
+      else if (is_reduction() || k > 0) e = Extent::kPerRow;
+      kernel_.outputs.push_back({row_op_, k, e});
+    }
     return true;
+  }
+
+  // sum over every dim but the last: a column sum (nn.Linear's bias grad).
+  bool leading_dims_only(const ir::Node& n, uint32_t R) const {
+    if (name_ != "aten::sum.dim_IntList" || R < 2) return false;
+    const ir::Attr* dims = attr_operand(n, 1);
+    const ir::Attr* dtype = attr_operand(n, 3);
+    if (!dims || dims->kind != ir::Attr::Kind::kIntList || !dtype ||
+        dtype->kind != ir::Attr::Kind::kNone)
+      return false;
+    std::vector<bool> seen(R, false);
+    for (int64_t d : dims->ints) {
+      const int64_t a = d < 0 ? d + R : d;
+      if (a < 0 || a >= static_cast<int64_t>(R) - 1 || seen[a]) return false;
+      seen[a] = true;
+    }
+    return dims->ints.size() == R - 1;
   }
 
   // Checks the element-wise ops; collects inputs, outputs, runtime scalars.
@@ -112,7 +139,7 @@ class Emitter {
         if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kFloat32)
           return fail(why, op, "only single f32 outputs are generated");
         if (!ValueEmitter::supports(ir::op_name(n.op))) return fail(why, op, "op has no codegen");
-        if (used_outside_[op]) kernel_.outputs.push_back({op, 0, false});
+        if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
       }
       for (const ir::GraphRef& r : p_.ops[op].inputs) {
         if (in_group_.count(r.node) || input_index_.count({r.node, r.index})) continue;
@@ -151,8 +178,8 @@ class Emitter {
       }
       return is_last(dims->ints[0]);
     }
-    if (name_ == "aten::native_layer_norm") {
-      const ir::Attr* shape = attr_operand(n, 1);
+    if (name_ == "aten::native_layer_norm" || name_ == "aten::native_layer_norm_backward") {
+      const ir::Attr* shape = attr_operand(n, name_ == "aten::native_layer_norm" ? 1 : 2);
       return shape && shape->ints.size() == 1;
     }
     const ir::Attr* dim = attr_operand(n, name_.find("backward") != std::string::npos ? 2 : 1);
@@ -242,6 +269,21 @@ class Emitter {
       line(r + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
     return r;
   }
+  // Adds `value` to this chunk's partial sum of output slot k at column j.
+  void accumulate(Variant& v, size_t k, const std::string& value) {
+    std::string idx = fresh(), o = "%out" + std::to_string(k), old = fresh();
+    line(idx + " = arith.addi %cb, " + v.j + " : index");
+    const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
+    if (v.mode == Mode::kVector)
+      line(old + " = vector.load " + o + "[" + idx + "] : memref<?xf32>, " + vt);
+    else
+      line(old + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
+    std::string sum = v.e.binary("arith.addf", old, value);
+    if (v.mode == Mode::kVector)
+      line("vector.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>, " + vt);
+    else
+      line("memref.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>");
+  }
   void store_row(size_t k, const std::string& scalar) {
     line("memref.store " + scalar + ", %out" + std::to_string(k) + "[%row] : memref<?xf32>");
   }
@@ -283,50 +325,62 @@ class Emitter {
   // loop. Returns the scalar results of `accs`, one per value body returns.
   std::vector<std::string> pass(const std::vector<Acc>& accs, const Body& body) {
     const size_t m = accs.size();
-    auto types = [&](const std::string& t) {
+    const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
+    auto types = [&](const std::string& t, size_t count) {
       std::string s;
-      for (size_t k = 0; k < m; ++k) s += (k ? ", " : "") + t;
+      for (size_t k = 0; k < count; ++k) s += (k ? ", " : "") + t;
       return s;
     };
-    const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
-    auto results = [&](const std::string& name) {
+    auto results = [&](const std::string& name, size_t count) {
       std::vector<std::string> r;
-      for (size_t k = 0; k < m; ++k) r.push_back(m == 1 ? name : name + "#" + std::to_string(k));
+      for (size_t k = 0; k < count; ++k)
+        r.push_back(count == 1 ? name : name + "#" + std::to_string(k));
       return r;
     };
-    auto head = [&](const std::string& name) {
-      return m == 0 ? std::string() : name + (m > 1 ? ":" + std::to_string(m) : "") + " = ";
+    auto head = [&](const std::string& name, size_t count) {
+      return count == 0 ? std::string()
+                        : name + (count > 1 ? ":" + std::to_string(count) : "") + " = ";
     };
-    // One loop: header with iter_args, body, combine, yield.
+    // One loop: header with iter_args, `unroll` copies of the body (at
+    // columns j, j + 16, ...), each folding into its own accumulators.
     auto loop = [&](Mode mode, uint32_t width, const std::string& lo, const std::string& hi,
-                    const std::string& step, const std::vector<std::string>& init) {
+                    const std::string& step, const std::vector<std::string>& init,
+                    uint32_t unroll) {
+      const size_t count = m * unroll;
       std::string j = fresh(), name = fresh();
       std::vector<std::string> args;
-      std::string header = head(name) + "scf.for " + j + " = " + lo + " to " + hi + " step " + step;
-      if (m) {
+      std::string header =
+          head(name, count) + "scf.for " + j + " = " + lo + " to " + hi + " step " + step;
+      if (count) {
         header += " iter_args(";
-        for (size_t k = 0; k < m; ++k) {
+        for (size_t k = 0; k < count; ++k) {
           args.push_back(fresh());
           header += (k ? ", " : "") + args[k] + " = " + init[k];
         }
-        header += ") -> (" + types(width ? vt : "f32") + ")";
+        header += ") -> (" + types(width ? vt : "f32", count) + ")";
       }
       line(header + " {");
       indent_ += "  ";
-      Variant v{mode, j, emitter(width), {}};
-      std::vector<std::string> vals = body(v);
-      if (m) {
-        std::string yield = "scf.yield ";
-        for (size_t k = 0; k < m; ++k) {
-          std::string c = accs[k] == Acc::kAdd ? v.e.binary("arith.addf", args[k], vals.at(k))
-                                               : v.e.max_nan(args[k], vals.at(k));
-          yield += (k ? ", " : "") + c;
+      std::string yield;
+      for (uint32_t u = 0; u < unroll; ++u) {
+        std::string ju = j;
+        if (u) {
+          ju = fresh();
+          line(ju + " = arith.addi " + j + ", %cw" + std::to_string(u) + " : index");
         }
-        line(yield + " : " + types(width ? vt : "f32"));
+        Variant v{mode, ju, emitter(width), {}};
+        std::vector<std::string> vals = body(v);
+        for (size_t k = 0; k < m; ++k) {
+          const std::string& acc = args[u * m + k];
+          yield += std::string(yield.empty() ? "" : ", ") +
+                   (accs[k] == Acc::kAdd ? v.e.binary("arith.addf", acc, vals.at(k))
+                                         : v.e.max_nan(acc, vals.at(k)));
+        }
       }
+      if (count) line("scf.yield " + yield + " : " + types(width ? vt : "f32", count));
       indent_.resize(indent_.size() - 2);
       line("}");
-      return results(name);
+      return results(name, count);
     };
     std::vector<std::string> vinit, sinit;
     for (Acc a : accs) {
@@ -334,21 +388,41 @@ class Emitter {
       sinit.push_back(identity(a, 0));
     }
     std::string name = fresh();
-    line(head(name) + "scf.if %contiguous" + (m ? " -> (" + types("f32") + ")" : "") + " {");
+    line(head(name, m) + "scf.if %contiguous" + (m ? " -> (" + types("f32", m) + ")" : "") + " {");
     indent_ += "  ";
-    std::vector<std::string> vres = loop(Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", vinit);
+    std::vector<std::string> vres;
+    if (m) {
+      // A reduction is bound by the latency of its accumulator chain: four
+      // independent chains over [lo, nv4), folded into one, then one vector
+      // at a time over [nv4, nv).
+      std::vector<std::string> init4;
+      for (uint32_t u = 0; u < kUnroll; ++u) init4.insert(init4.end(), vinit.begin(), vinit.end());
+      std::vector<std::string> r4 = loop(Mode::kVector, kVectorWidth, "%lo", "%nv4", "%cw4", init4, kUnroll);
+      ValueEmitter e = emitter(kVectorWidth);
+      std::vector<std::string> folded;
+      for (size_t k = 0; k < m; ++k) {
+        std::string acc = r4[k];
+        for (uint32_t u = 1; u < kUnroll; ++u)
+          acc = accs[k] == Acc::kAdd ? e.binary("arith.addf", acc, r4[u * m + k])
+                                     : e.max_nan(acc, r4[u * m + k]);
+        folded.push_back(acc);
+      }
+      vres = loop(Mode::kVector, kVectorWidth, "%nv4", "%nv", "%cw", folded, 1);
+    } else {
+      loop(Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", {}, 1);
+    }
     std::vector<std::string> reduced;
     for (size_t k = 0; k < m; ++k) reduced.push_back(horizontal(accs[k], vres[k]));
-    std::vector<std::string> tres = loop(Mode::kTail, 0, "%nv", "%n", "%c1", reduced);
-    if (m) line("scf.yield " + join(tres) + " : " + types("f32"));
+    std::vector<std::string> tres = loop(Mode::kTail, 0, "%nv", "%n", "%c1", reduced, 1);
+    if (m) line("scf.yield " + join(tres) + " : " + types("f32", m));
     indent_.resize(indent_.size() - 2);
     line("} else {");
     indent_ += "  ";
-    std::vector<std::string> sres = loop(Mode::kStrided, 0, "%lo", "%n", "%c1", sinit);
-    if (m) line("scf.yield " + join(sres) + " : " + types("f32"));
+    std::vector<std::string> sres = loop(Mode::kStrided, 0, "%lo", "%n", "%c1", sinit, 1);
+    if (m) line("scf.yield " + join(sres) + " : " + types("f32", m));
     indent_.resize(indent_.size() - 2);
     line("}");
-    return results(name);
+    return results(name, m);
   }
 
   static std::string join(const std::vector<std::string>& v) {
@@ -396,6 +470,18 @@ class Emitter {
       first = false;
       return f;
     };
+    if (column_) {
+      bool store_p = producers_once();
+      pass({}, [&](Variant& v) {
+        accumulate(v, out0, row_inputs(v, store_p)[0]);
+        return std::vector<std::string>{};
+      });
+      return;
+    }
+    if (name_ == "aten::native_layer_norm_backward") {
+      emit_layer_norm_backward();
+      return;
+    }
     if (is_reduction()) {
       Acc a = name_ == "aten::amax" ? Acc::kMax : Acc::kAdd;
       bool store_p = producers_once();
@@ -415,13 +501,15 @@ class Emitter {
         if (!log) store(v, out0, e);
         return std::vector{e};
       })[0];
+      // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
       std::string log_sum = log ? s.unary("math.log", sum) : "";
+      std::string inv_sum = log ? "" : s.binary("arith.divf", s.constant(1.0), sum);
       pass({}, [&](Variant& v) {
         if (log) {
           std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
           store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
         } else {
-          store(v, out0, v.e.binary("arith.divf", load_output(v, out0), v.e.splat(sum)));
+          store(v, out0, v.e.binary("arith.mulf", load_output(v, out0), v.e.splat(inv_sum)));
         }
         return std::vector<std::string>{};
       });
@@ -477,6 +565,57 @@ class Emitter {
     store_row(output_slot(row_op_, 2), rstd);
   }
 
+  // native_layer_norm_backward(dy, x, [n], mean, rstd, w?, b?, mask), as
+  // torch computes it: ds = sum(dy*w*x), db = sum(dy*w) over the row, then
+  //   dx = rstd*dy*w + b'*x + c',  b' = (db*mean - ds) * rstd^3 / n,
+  //                                c' = -b'*mean - db*rstd / n
+  // and per column dw += dy*(x - mean)*rstd, dbias += dy.
+  void emit_layer_norm_backward() {
+    const ir::Node& n = *p_.ops[row_op_].node;
+    const int x = tensor_operand(n, 1), mean = tensor_operand(n, 3), rstd = tensor_operand(n, 4);
+    const int w = tensor_operand(n, 5);
+    auto slot = [&](uint32_t k) -> int {
+      for (size_t s = 0; s < kernel_.outputs.size(); ++s)
+        if (kernel_.outputs[s].op == row_op_ && kernel_.outputs[s].index == k) return static_cast<int>(s);
+      return -1;  // output_mask left it out
+    };
+    const int dx = slot(0), dw = slot(1), db = slot(2);
+    auto dyw = [&](Variant& v, const std::vector<std::string>& in) {
+      return w >= 0 ? v.e.binary("arith.mulf", in[0], in[w]) : in[0];
+    };
+    std::vector<std::string> sums = pass({Acc::kAdd, Acc::kAdd}, [&](Variant& v) {
+      std::vector<std::string> in = row_inputs(v, true);
+      std::string g = dyw(v, in);
+      return std::vector{v.e.binary("arith.mulf", g, in[x]), g};
+    });
+    pass({}, [&](Variant& v) {
+      std::vector<std::string> in = row_inputs(v, false);
+      ValueEmitter& e = v.e;
+      const std::string m = in[mean], r = in[rstd];
+      if (dx >= 0) {
+        std::string ds = e.splat(sums[0]), dbs = e.splat(sums[1]);
+        std::string inv_n = e.binary("arith.divf", e.constant(1.0), e.splat("%nf"));
+        std::string r3 = e.binary("arith.mulf", e.binary("arith.mulf", r, r), r);
+        std::string b = e.binary("arith.mulf",
+                                 e.binary("arith.mulf",
+                                          e.binary("arith.subf", e.binary("arith.mulf", dbs, m), ds), r3),
+                                 inv_n);
+        std::string c = e.binary("arith.subf", e.unary("arith.negf", e.binary("arith.mulf", b, m)),
+                                 e.binary("arith.mulf", e.binary("arith.mulf", dbs, r), inv_n));
+        std::string out = e.binary("arith.addf",
+                                   e.binary("arith.addf", e.binary("arith.mulf", r, dyw(v, in)),
+                                            e.binary("arith.mulf", b, in[x])),
+                                   c);
+        store(v, dx, out);
+      }
+      if (dw >= 0)
+        accumulate(v, dw, e.binary("arith.mulf", e.binary("arith.mulf", in[0],
+                                                            e.binary("arith.subf", in[x], m)), r));
+      if (db >= 0) accumulate(v, db, in[0]);
+      return std::vector<std::string>{};
+    });
+  }
+
   void emit() {
     const uint32_t R = kernel_.rank;
     std::ostringstream sig;
@@ -485,7 +624,7 @@ class Emitter {
       sig << "%in" << k << ": memref<?x" << elem(k) << ">, ";
     for (size_t k = 0; k < kernel_.outputs.size(); ++k) sig << "%out" << k << ": memref<?xf32>, ";
     sig << "%sizes: memref<?xindex>, %strides: memref<?xindex>, %scalars: memref<?xf64>, "
-        << "%begin: index, %end: index) {\n";
+        << "%begin: index, %end: index, %chunk: index) {\n";
     indent_ = "  ";
     line("%c0 = arith.constant 0 : index");
     line("%c1 = arith.constant 1 : index");
@@ -513,6 +652,12 @@ class Emitter {
     line("%len = arith.subi %n, %lo : index");
     line("%nrem = arith.remui %len, %cw : index");
     line("%nv = arith.subi %n, %nrem : index");
+    line("%cw4 = arith.constant " + std::to_string(kVectorWidth * kUnroll) + " : index");
+    for (uint32_t u = 1; u < kUnroll; ++u)
+      line("%cw" + std::to_string(u) + " = arith.constant " + std::to_string(kVectorWidth * u) +
+           " : index");
+    line("%nrem4 = arith.remui %len, %cw4 : index");
+    line("%nv4 = arith.subi %n, %nrem4 : index");
     line("%ni = arith.index_cast %n : index to i64");
     line("%nf = arith.sitofp %ni : i64 to f32");
     // The vector path needs unit stride along the row in every input that
@@ -528,6 +673,17 @@ class Emitter {
       contiguous = a;
     }
     line("%contiguous = arith.andi " + contiguous + ", %true : i1");
+    // This chunk's row of each per-column partial-sum buffer starts at 0.
+    line("%cb = arith.muli %chunk, %n : index");
+    for (size_t k = 0; k < kernel_.outputs.size(); ++k) {
+      if (kernel_.outputs[k].extent != KernelOutput::Extent::kPerColumn) continue;
+      std::string z = fresh(), idx = fresh(), zero = fresh();
+      line(zero + " = arith.constant 0.0 : f32");
+      line("scf.for " + z + " = %c0 to %n step %c1 {");
+      line("  " + idx + " = arith.addi %cb, " + z + " : index");
+      line("  memref.store " + zero + ", %out" + std::to_string(k) + "[" + idx + "] : memref<?xf32>");
+      line("}");
+    }
     // Loops over the leading dims; the last one is the row.
     for (uint32_t a = 0; a + 1 < R; ++a) {
       const std::string i = "%i" + std::to_string(a);
@@ -577,6 +733,7 @@ class Emitter {
   std::map<std::pair<uint32_t, uint32_t>, size_t> input_index_;
   std::vector<bool> row_broadcast_;  // per input
   bool loop_ = false;
+  bool column_ = false;  // a sum over all leading dims
   uint32_t row_op_ = 0;  // the reduction / stitch op, last in a kInput / kStitch group
   std::string name_;
   std::ostringstream body_;

@@ -8,7 +8,10 @@
 //               log_softmax   max, sum exp(x - max), x - max - log(sum)
 //               backward      sum, element-wise
 //               layer norm    mean, variance, normalize + affine (and writes
-//                             mean and rstd per row)
+//                             mean and rstd per row); its backward: two sums,
+//                             then grad_input with the weight / bias grads
+//                             summed per column
+//             and a sum over all leading dims (a bias grad) sums per column
 //
 // The group's element-wise producers are computed inside the kernel, in
 // every pass that reads them, and stored only where the rest of the graph
@@ -25,9 +28,17 @@
 namespace disc::lowering {
 
 struct KernelOutput {
-  uint32_t op = 0;       // the group op
-  uint32_t index = 0;    // its output
-  bool per_row = false;  // one value per row (reductions, mean, rstd)
+  enum class Extent : uint8_t {
+    kElements,   // one value per element of the space
+    kPerRow,     // one per row (last-dim reductions, mean, rstd)
+    // One per column, summed over all rows (bias grads, layer norm's weight
+    // grads): each launch chunk writes its partial sums to row %chunk of a
+    // [chunks, n] buffer, and the launcher adds the chunks up.
+    kPerColumn,
+  };
+  uint32_t op = 0;     // the group op
+  uint32_t index = 0;  // its output
+  Extent extent = Extent::kElements;
 };
 
 struct FusedKernel {
@@ -50,8 +61,9 @@ struct FusedKernel {
 // Signature (memrefs are 1-D, flat buffers):
 //   @name(%in0..: memref<?xT>, %out0..: memref<?xf32>, %sizes: memref<?xindex>,
 //         %strides: memref<?xindex> (input k, axis a at k*rank+a),
-//         %scalars: memref<?xf64>, %begin, %end: index)
-// iterating dim 0 over [begin, end) and all other dims fully.
+//         %scalars: memref<?xf64>, %begin, %end, %chunk: index)
+// iterating dim 0 over [begin, end) and all other dims fully; %chunk is the
+// row of the kPerColumn partial-sum buffers this launch writes.
 std::optional<FusedKernel> emit_fused_kernel(const Program& p, uint32_t g,
                                              const std::vector<bool>& used_outside,
                                              std::string* why);

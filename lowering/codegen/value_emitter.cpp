@@ -33,7 +33,7 @@ bool ValueEmitter::supports(const std::string& op) {
       "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::tanh",
       "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
       "aten::sqrt_", "aten::lerp_.Scalar", "aten::addcmul_", "aten::addcdiv_", "aten::zero_",
-      "aten::fill_.Scalar", "aten::expand"};
+      "aten::fill_.Scalar", "aten::expand", "aten::mul.out", "aten::add.out"};
   for (const char* s : ops)
     if (op == s) return true;
   return false;
@@ -161,13 +161,15 @@ bool ValueEmitter::operand_is_one(uint32_t op, size_t k) const {
 
 std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& in) {
   const std::string name = ir::op_name(p_.ops[op].node->op);
+  // out= variants (SGD's momentum buffer: mul.out(m, buf, out=buf)): the
+  // kernel writes a new buffer that then stands for `out`.
   if (name == "aten::add.Tensor" || name == "aten::add_.Tensor" || name == "aten::sub.Tensor" ||
-      name == "aten::sub_.Tensor") {
+      name == "aten::sub_.Tensor" || name == "aten::add.out") {
     std::string b = in.at(1);
     if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);
     return binary(name.find("add") != std::string::npos ? "arith.addf" : "arith.subf", in.at(0), b);
   }
-  if (name == "aten::mul.Tensor" || name == "aten::mul_.Tensor")
+  if (name == "aten::mul.Tensor" || name == "aten::mul_.Tensor" || name == "aten::mul.out")
     return binary("arith.mulf", in.at(0), in.at(1));
   if (name == "aten::div.Tensor" || name == "aten::div_.Tensor")
     return binary("arith.divf", in.at(0), in.at(1));

@@ -20,9 +20,12 @@ namespace {
 
 constexpr size_t kMaxKernelArgs = 32;
 
-bool is_fusible(OpClass c) {
-  return c == OpClass::kElementwise || c == OpClass::kBroadcast || c == OpClass::kReduction ||
-         c == OpClass::kStitch;
+bool is_fusible(const ProgramOp& op) {
+  // Kernels broadcast by right-aligned strides, as expand does; unsqueeze
+  // moves dims and stays a view.
+  if (op.cls == OpClass::kBroadcast) return ir::op_name(op.node->op) == "aten::expand";
+  return op.cls == OpClass::kElementwise || op.cls == OpClass::kReduction ||
+         op.cls == OpClass::kStitch;
 }
 
 class Planner {
@@ -32,7 +35,7 @@ class Planner {
   void run() {
     for (uint32_t i = 0; i < p_.ops.size(); ++i) {
       ProgramOp& op = p_.ops[i];
-      if (op.erased || !is_fusible(op.cls) || op.epilogue_of >= 0) continue;
+      if (op.erased || !is_fusible(op) || op.epilogue_of >= 0) continue;
       FusionKind kind = op.cls == OpClass::kReduction ? FusionKind::kInput
                         : op.cls == OpClass::kStitch  ? FusionKind::kStitch
                                                       : FusionKind::kLoop;

@@ -13,6 +13,9 @@ void canonicalize(Program& p);
 void shape_constraints(Program& p);
 // Marks a relu on a GEMM's only use as that library call's epilogue.
 void library_epilogue(Program& p);
+// Merges float32 GEMMs that share an operand (and, when enabled, independent
+// equal-shape ones) into Program::gemm_groups; reads pipeline_options().
+void gemm_merge(Program& p);
 // Groups ops into kLoop / kInput / kStitch kernels.
 void plan_fusion(Program& p);
 // Checks the plan: groups are acyclic and within the argument cap.

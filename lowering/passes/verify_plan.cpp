@@ -3,7 +3,8 @@
 // Every kernel (group or single op) must be schedulable after its inputs: the
 // graph of kernels is acyclic. A kInput kernel holds exactly one reduction, a
 // kStitch kernel exactly one stitch op, and no erased op or library
-// epilogue is in a group.
+// epilogue is in a group. A merged GEMM group (gemm_merge) is one unit: its
+// members are live library ops, and the units stay acyclic.
 #include <queue>
 
 #include "lowering/passes/passes.h"
@@ -19,6 +20,15 @@ void verify_plan(Program& p) {
   std::vector<uint32_t> kernel(p.ops.size());
   for (uint32_t i = 0; i < p.ops.size(); ++i)
     kernel[i] = p.ops[i].group >= 0 ? static_cast<uint32_t>(p.ops[i].group) : n_groups + i;
+  for (size_t g = 0; g < p.gemm_groups.size(); ++g) {
+    const std::vector<uint32_t>& members = p.gemm_groups[g].ops;
+    for (uint32_t op : members) {
+      const ProgramOp& m = p.ops[op];
+      if (m.erased || m.cls != OpClass::kLibrary || m.group >= 0 || m.gemm_group != static_cast<int32_t>(g))
+        fail(op, "not a live library op of gemm group " + std::to_string(g));
+      kernel[op] = n_groups + members.front();
+    }
+  }
 
   for (uint32_t g = 0; g < n_groups; ++g) {
     size_t reductions = 0, stitches = 0;

@@ -1,6 +1,7 @@
-// kLoop codegen: a fused group compiles through MLIR and matches a scalar
-// reference, with broadcasting and a runtime scalar, for several shapes from
-// one compiled kernel (sizes are runtime arguments).
+// Codegen of fusion groups (fused_kernel.cpp): kernels compile through
+// MLIR and match a scalar reference -- kLoop with broadcasting and a runtime
+// scalar, a softmax row kernel on its vector and strided paths -- for several
+// shapes from one compiled kernel (sizes are runtime arguments).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,7 +49,7 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
         mb{bv.data(), bv.data(), 0, cols, 1}, mo{out.data(), out.data(), 0, rows * cols, 1};
     MemRef1D<int64_t> ms{sizes.data(), sizes.data(), 0, 2, 1}, mst{strides.data(), strides.data(), 0, 6, 1};
     MemRef1D<double> msc{scalars.data(), scalars.data(), 0, 1, 1};
-    int64_t begin = 0, end = rows;
+    int64_t begin = 0, end = rows, chunk = 0;
     std::vector<void*> args;
     for (auto* mref : {&mx, &my, &mb, &mo}) mref->pack(args);
     ms.pack(args);
@@ -56,6 +57,7 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
     msc.pack(args);
     args.push_back(&begin);
     args.push_back(&end);
+    args.push_back(&chunk);
     jit->invoke_packed(k->name, args);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
@@ -75,4 +77,87 @@ TEST(FusedKernel, UnsupportedOpsAreReportedNotGenerated) {
   ASSERT_EQ(p.groups.size(), 1u);
   EXPECT_FALSE(emit_fused_kernel(p, 0, used, &why));
   EXPECT_NE(why.find("aten::gelu"), std::string::npos);
+}
+
+namespace {
+
+// Runs a one-input, one-output kernel over [rows, cols] with the given
+// input strides (row, col); begin..end covers every row.
+std::vector<float> run_rows(const FusedKernel& k, const runtime::JitModule& jit,
+                            std::vector<float> in, int64_t rows, int64_t cols,
+                            int64_t row_stride, int64_t col_stride) {
+  std::vector<float> out(rows * cols);
+  std::vector<int64_t> sizes = {rows, cols}, strides = {row_stride, col_stride};
+  std::vector<double> scalars;
+  MemRef1D<float> mi{in.data(), in.data(), 0, static_cast<int64_t>(in.size()), 1};
+  MemRef1D<float> mo{out.data(), out.data(), 0, rows * cols, 1};
+  MemRef1D<int64_t> ms{sizes.data(), sizes.data(), 0, 2, 1}, mst{strides.data(), strides.data(), 0, 2, 1};
+  MemRef1D<double> msc{scalars.data(), scalars.data(), 0, 0, 1};
+  int64_t begin = 0, end = rows, chunk = 0;
+  std::vector<void*> args;
+  mi.pack(args);
+  mo.pack(args);
+  ms.pack(args);
+  mst.pack(args);
+  msc.pack(args);
+  args.push_back(&begin);
+  args.push_back(&end);
+  args.push_back(&chunk);
+  jit.invoke_packed(k.name, args);
+  return out;
+}
+
+}  // namespace
+
+TEST(FusedKernel, SoftmaxIsOneRowKernelOnVectorAndStridedPaths) {
+  GraphBuilder gb;
+  auto x = gb.param({8, 100});
+  auto s = gb.op("aten::_softmax", {x}, {8, 100}, {GraphBuilder::integer(-1), GraphBuilder::boolean(false)});
+  Program p = compile(ir::build_graph({s})).program;
+  ASSERT_EQ(p.groups.size(), 1u);
+  ASSERT_EQ(p.groups[0].kind, FusionKind::kStitch);
+  std::vector<bool> used(p.ops.size(), true);
+  std::string why;
+  auto k = emit_fused_kernel(p, 0, used, &why);
+  ASSERT_TRUE(k) << why;
+  EXPECT_EQ(k->rank, 2u);
+  ASSERT_EQ(k->outputs.size(), 1u);
+  EXPECT_NE(k->mlir.find("vector<16xf32>"), std::string::npos);  // the vector body
+  auto jit = runtime::JitModule::compile(k->mlir);
+  // Lengths around the vector width and the 4-way unroll; contiguous rows
+  // (vector body + tail) and a transposed input (strided loop).
+  for (int64_t cols : {1, 15, 16, 17, 64, 100, 129}) {
+    const int64_t rows = 3;
+    std::vector<float> in(rows * cols);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = std::sin(i * 0.37f) * 4.f;
+    for (bool transposed : {false, true}) {
+      // Transposed: element (r, c) lives at c * rows + r.
+      std::vector<float> data(in.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          data[transposed ? c * rows + r : r * cols + c] = in[r * cols + c];
+      auto out = transposed ? run_rows(*k, *jit, data, rows, cols, 1, rows)
+                            : run_rows(*k, *jit, data, rows, cols, cols, 1);
+      for (int64_t r = 0; r < rows; ++r) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < cols; ++c) mx = std::max<double>(mx, in[r * cols + c]);
+        for (int64_t c = 0; c < cols; ++c) sum += std::exp(in[r * cols + c] - mx);
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_NEAR(out[r * cols + c], std::exp(in[r * cols + c] - mx) / sum, 1e-6)
+              << cols << " cols, transposed " << transposed << " at " << r << "," << c;
+      }
+    }
+  }
+}
+
+TEST(FusedKernel, ReductionOverAMiddleDimIsDeclinedWithTheReason) {
+  GraphBuilder gb;
+  auto x = gb.param({4, 5, 6});
+  auto s = gb.op("aten::sum.dim_IntList", {x}, {4, 6}, {GraphBuilder::ints({1}), GraphBuilder::boolean(false), ir::Attr{}});
+  Program p = compile(ir::build_graph({s})).program;
+  ASSERT_EQ(p.groups.size(), 1u);
+  std::vector<bool> used(p.ops.size(), true);
+  std::string why;
+  EXPECT_FALSE(emit_fused_kernel(p, 0, used, &why));
+  EXPECT_NE(why.find("reduces neither the last dim nor all leading dims"), std::string::npos) << why;
 }

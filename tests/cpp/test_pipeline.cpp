@@ -13,7 +13,7 @@ using disc::testing::GraphBuilder;
 TEST(Pipeline, PassesRunInTheDocumentedOrder) {
   EXPECT_EQ(lowering::pass_names(),
             (std::vector<std::string>{"verify", "canonicalize", "shape-constraints",
-                                      "library-epilogue", "fusion-plan", "verify-plan"}));
+                                      "library-epilogue", "gemm-merge", "fusion-plan", "verify-plan"}));
 }
 
 TEST(Pipeline, TimesEveryPassAndDumpsIrWhenAsked) {
@@ -25,10 +25,10 @@ TEST(Pipeline, TimesEveryPassAndDumpsIrWhenAsked) {
   auto x = b.param({4});
   auto r = lowering::compile(ir::build_graph({b.op("aten::relu", {x}, {4})}));
   unsetenv("DISC_DUMP_IR");
-  EXPECT_EQ(r.timings.size(), 6u);
+  EXPECT_EQ(r.timings.size(), 7u);
   size_t files = 0;
   for (auto& f : std::filesystem::directory_iterator(dir)) files += f.is_regular_file();
-  EXPECT_EQ(files, 7u);  // the input graph + one per pass
+  EXPECT_EQ(files, 8u);  // the input graph + one per pass
 }
 
 TEST(Pipeline, NamedPassesRunInPipelineOrderWhateverTheOrderGiven) {

@@ -105,6 +105,7 @@ class Case:
     inputs: Tuple[Any, ...]
     backward: bool = True
     nograd: Tuple[int, ...] = ()  # float inputs that are not leaves (buffers, class weights)
+    grad_atol: float = 0.0  # more than TOLERANCE's where CPU's own grads carry noise
 
     def grad_indices(self):
         return [i for i, s in enumerate(self.inputs) if is_float_spec(s) and i not in self.nograd]
@@ -114,13 +115,13 @@ CASES = []
 _NAMES = set()
 
 
-def case(name, fn, *inputs, backward=True, nograd=()):
+def case(name, fn, *inputs, backward=True, nograd=(), grad_atol=0.0):
     assert name not in _NAMES, f"duplicate case id {name}"
     _NAMES.add(name)
     # Backward needs a float leaf; the forward-only cases say backward=False
     # for float inputs with non-float outputs (comparisons, argmax).
     has_leaf = any(is_float_spec(s) for i, s in enumerate(inputs) if i not in nograd)
-    CASES.append(Case(name, fn, tuple(inputs), backward and has_leaf, tuple(nograd)))
+    CASES.append(Case(name, fn, tuple(inputs), backward and has_leaf, tuple(nograd), grad_atol))
 
 
 def dt(dtype):
@@ -399,9 +400,14 @@ for dtype in FLOATS:
 
     for shape, norm in [((4, 5), (5,)), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 4)), ((1, 1), (1,)),
                         ((0, 5), (5,))]:
+        # Normalizing one element: x - mean is exactly 0 and so are the input
+        # and weight grads, but CPU's kernel forms them as differences of
+        # products scaled by rstd = 1/sqrt(eps) = 316 and returns ~1e-5 of
+        # rounding noise; disc returns the exact 0.
         case(f"layer_norm-{dt(dtype)}-{sh(shape)}_{sh(norm)}",
              lambda x, w, b, norm=norm: F.layer_norm(x, norm, w, b, eps=1e-5),
-             R(shape, dtype), R(norm, dtype), R(norm, dtype))
+             R(shape, dtype), R(norm, dtype), R(norm, dtype),
+             grad_atol=3e-5 if norm == (1,) else 0.0)
         case(f"layer_norm_noaffine-{dt(dtype)}-{sh(shape)}_{sh(norm)}",
              lambda x, norm=norm: F.layer_norm(x, norm), R(shape, dtype))
 

@@ -55,10 +55,10 @@ def from_disc(t, what):
     return t.detach().cpu()
 
 
-def mismatch(label, actual, expected):
+def mismatch(label, actual, expected, atol=0.0):
     """None when ``actual`` matches ``expected``, else a one-paragraph summary."""
     tol = TOLERANCE.get(expected.dtype, (0.0, 0.0))  # exact for integers and bool
-    kw = {} if tol is None else dict(rtol=tol[0], atol=tol[1])
+    kw = {} if tol is None else dict(rtol=tol[0], atol=max(tol[1], atol))
     try:
         torch.testing.assert_close(actual, expected, equal_nan=True, **kw)
     except AssertionError as e:
@@ -162,6 +162,6 @@ def test_backward(case_):
                 problems.append(f"grad of input {i}: disc {'None' if g is None else 'set'}, "
                                 f"cpu {'None' if expected is None else 'set'}")
             continue
-        problems.append(mismatch(f"grad of input {i}", g, expected))
+        problems.append(mismatch(f"grad of input {i}", g, expected, case_.grad_atol))
     problems.append(fallback_problem())
     report(problems)

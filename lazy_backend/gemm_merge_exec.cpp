@@ -1,0 +1,140 @@
+// Merged GEMM groups on oneDNN (see gemm_merge_exec.h).
+#include "lazy_backend/gemm_merge_exec.h"
+
+#include <ATen/ATen.h>
+
+#include "lazy_backend/metrics.h"
+
+namespace disc {
+
+namespace {
+
+using lowering::GemmMergeKind;
+
+struct Operands {
+  at::Tensor a, b, bias;  // bias undefined for mm
+};
+
+Operands operands_of(const ir::Node& n, const std::vector<at::Tensor>& ins) {
+  static const uint32_t addmm = ir::intern_op("aten::addmm");
+  if (n.op != addmm) return {ins[0], ins[1], {}};
+  return {ins[1], ins[2], ins[0].reshape({-1}).expand({ins[2].size(1)})};
+}
+
+bool col_major(const at::Tensor& t) {
+  return t.dim() == 2 && t.stride(0) == 1 && (t.size(1) <= 1 || t.stride(1) == t.size(0));
+}
+
+// Concatenates 2-D matrices along `dim`; column-major ones stay column-major
+// (their transposes are concatenated along the other dim: whole blocks, no
+// transposing copy), as nn.Linear's W^T does.
+at::Tensor concat(const std::vector<at::Tensor>& ms, int64_t dim) {
+  bool all_col = true;
+  for (const at::Tensor& m : ms) all_col = all_col && col_major(m);
+  if (!all_col) return at::cat(ms, dim);
+  std::vector<at::Tensor> ts;
+  for (const at::Tensor& m : ms) ts.push_back(m.t());
+  return at::cat(ts, 1 - dim).t();
+}
+
+// Whether `user` needs member `m`'s value as a buffer of its own: an op
+// that indexes storage (as_strided) or one we know nothing about. Kernels,
+// ATen element-wise / layout ops and GEMMs take any strides; a view that
+// keeps the last dim only splits rows, which a column slice allows.
+bool needs_own_buffer(const lowering::Program& p, uint32_t m, const lowering::ProgramOp& user) {
+  static const uint32_t as_strided = ir::intern_op("aten::as_strided"), view = ir::intern_op("aten::view"),
+                        unsafe_view = ir::intern_op("aten::_unsafe_view");
+  if (user.node->op == view || user.node->op == unsafe_view)
+    return user.dims.empty() || user.dims[0].empty() || user.dims[0].back() != p.ops[m].dims[0].back();
+  return user.cls == lowering::OpClass::kOpaque || user.cls == lowering::OpClass::kData ||
+         user.node->op == as_strided;
+}
+
+}  // namespace
+
+GemmGroupRunner::GemmGroupRunner(const lowering::Program& p,
+                                 const std::vector<std::optional<LibraryCall>>& calls)
+    : dense_(p.ops.size(), false), calls_(calls) {
+  for (const ir::GraphRef& r : p.outputs) dense_[r.node] = true;
+  const std::vector<std::vector<uint32_t>> users = lowering::users_of(p);
+  for (const lowering::GemmGroup& grp : p.gemm_groups)
+    for (uint32_t m : grp.ops)
+      for (uint32_t u : users[m]) dense_[m] = dense_[m] || needs_own_buffer(p, m, p.ops[u]);
+}
+
+void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::Graph& g,
+                          std::vector<std::vector<at::Tensor>>& values) const {
+  const lowering::GemmGroup& grp = p.gemm_groups[group];
+  std::vector<std::vector<at::Tensor>> ins(grp.ops.size());
+  for (size_t i = 0; i < grp.ops.size(); ++i) {
+    for (const ir::GraphRef& r : p.ops[grp.ops[i]].inputs) ins[i].push_back(values[r.node][r.index]);
+    // The pass merged only what oneDNN takes (float32, unscaled, bias [n]),
+    // read from the trace's types, which the values have.
+    const char* why = gemm_aten_reason(*g.nodes[grp.ops[i]].node, ins[i]);
+    TORCH_INTERNAL_ASSERT(!why, "disc: merged GEMM %", grp.ops[i], " cannot run on oneDNN (", why, ")");
+  }
+  metrics::bump("kernels_launched");
+  metrics::bump("launches.library");
+  metrics::bump("gemm_merge.launches");
+  metrics::bump("gemm_merge.members", static_cast<int64_t>(grp.ops.size()));
+  std::vector<Operands> ops;
+  for (size_t i = 0; i < grp.ops.size(); ++i) ops.push_back(operands_of(*g.nodes[grp.ops[i]].node, ins[i]));
+
+  std::vector<at::Tensor> parts;
+  if (grp.kind == GemmMergeKind::kSharedLhs) {
+    std::vector<at::Tensor> bs, biases;
+    std::vector<WeightView> weights;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      bs.push_back(ops[i].b);
+      if (ops[i].bias.defined()) biases.push_back(ops[i].bias);
+      if (std::optional<at::Tensor> base = weight_base(*calls_[grp.ops[i]], g)) weights.push_back({*base, ops[i].b});
+    }
+    at::Tensor bias = biases.empty() ? at::Tensor() : at::cat(biases, 0);
+    at::Tensor out;
+    if (weights.size() == ops.size()) {
+      // Pre-packed: the concatenated B is made (and packed) on a miss only;
+      // the GEMM reads nothing but the sizes of this stand-in.
+      int64_t n = 0;
+      for (const at::Tensor& x : bs) n += x.size(1);
+      at::Tensor sizes_only = at::empty({1}, at::kFloat).expand({bs[0].size(0), n});
+      out = onednn_matmul(ops[0].a, sizes_only, bias, false, false, &weights, [&] { return concat(bs, 1); });
+    } else {
+      metrics::bump("gemm_merge.weight_concats");
+      out = onednn_matmul(ops[0].a, concat(bs, 1), bias, false, false);
+    }
+    int64_t off = 0;
+    for (const at::Tensor& x : bs) {
+      parts.push_back(out.narrow(1, off, x.size(1)));
+      off += x.size(1);
+    }
+  } else if (grp.kind == GemmMergeKind::kSharedRhs) {
+    std::vector<at::Tensor> as;
+    for (const Operands& o : ops) as.push_back(o.a);
+    std::vector<WeightView> weights;
+    if (std::optional<at::Tensor> base = weight_base(*calls_[grp.ops[0]], g)) weights.push_back({*base, ops[0].b});
+    at::Tensor out = onednn_matmul(concat(as, 0), ops[0].b, ops[0].bias, false, false,
+                                   weights.empty() ? nullptr : &weights);
+    int64_t off = 0;
+    for (const at::Tensor& x : as) {
+      parts.push_back(out.narrow(0, off, x.size(0)));
+      off += x.size(0);
+    }
+  } else {
+    std::vector<at::Tensor> as, bs;
+    for (const Operands& o : ops) as.push_back(o.a), bs.push_back(o.b);
+    at::Tensor out = onednn_matmul(at::stack(as), at::stack(bs), {}, false, true);
+    for (size_t i = 0; i < ops.size(); ++i) parts.push_back(out.select(0, static_cast<int64_t>(i)));
+  }
+  for (size_t i = 0; i < grp.ops.size(); ++i) {
+    const uint32_t m = grp.ops[i];
+    TORCH_INTERNAL_ASSERT(parts[i].sizes() == c10::IntArrayRef(g.nodes[m].node->outputs[0].sizes),
+                          "disc: merged GEMM part of %", m, " differs from its trace");
+    if (dense_[m]) {
+      parts[i] = parts[i].clone(at::MemoryFormat::Contiguous);
+      metrics::bump("gemm_merge.slice_copies");
+    }
+    values[m] = {parts[i]};
+  }
+}
+
+}  // namespace disc

@@ -1,0 +1,106 @@
+// How a launch splits its work:
+//  * most kernels: dim 0 in ATen parallel_for chunks (at least ~32K elements
+//    each, so small kernels run on the calling thread);
+//  * kernels with per-column sums: a fixed number of chunks (never more than
+//    kColumnChunks), each writing its partial sums to its own row of a
+//    [chunks, n] buffer, added up after. The chunking does not depend on the
+//    thread count, so the sums are the same on any machine.
+#include "lazy_backend/kernel_launch.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+namespace disc {
+
+namespace {
+
+using lowering::KernelOutput;
+using runtime::MemRef1D;
+
+constexpr int64_t kColumnChunks = 16;
+
+template <typename T>
+MemRef1D<char> buffer(T* data, int64_t n) {
+  char* p = reinterpret_cast<char*>(data);
+  return {p, p, 0, n, 1};
+}
+
+}  // namespace
+
+void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
+                         const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
+  const uint32_t R = spec.rank;
+  // The iteration space in this graph, padded with leading 1s to the rank.
+  std::vector<int64_t> sizes = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
+  sizes.insert(sizes.begin(), R - std::min<size_t>(R, sizes.size()), 1);
+  int64_t numel = 1, rows = 1;
+  for (int64_t s : sizes) numel *= s;
+  for (size_t a = 0; a + 1 < sizes.size(); ++a) rows *= sizes[a];
+  std::vector<at::Tensor> inputs;
+  std::vector<int64_t> strides;
+  for (const ir::GraphRef& r : spec.inputs) {
+    const at::Tensor& t = values[r.node][r.index];
+    inputs.push_back(t);
+    const int64_t lead = static_cast<int64_t>(R) - t.dim();
+    for (uint32_t a = 0; a < R; ++a) {
+      const int64_t ax = static_cast<int64_t>(a) - lead;
+      strides.push_back(ax < 0 || t.size(ax) == 1 ? 0 : t.stride(ax));
+    }
+  }
+  std::vector<double> scalars;
+  for (auto [op, slot] : spec.runtime) {
+    const ir::Attr& a = g.nodes[op].node->runtime[slot];
+    scalars.push_back(a.kind == ir::Attr::Kind::kScalarDouble ? a.d : static_cast<double>(a.i));
+  }
+  const bool by_column = std::any_of(spec.outputs.begin(), spec.outputs.end(), [](const KernelOutput& o) {
+    return o.extent == KernelOutput::Extent::kPerColumn;
+  });
+  const int64_t n = sizes.back();
+  const int64_t chunks = by_column ? std::min(sizes[0], kColumnChunks) : 1;
+  std::vector<at::Tensor> outputs;  // per-column outputs: the partial sums first
+  for (const KernelOutput& o : spec.outputs) {
+    outputs.push_back(o.extent == KernelOutput::Extent::kPerColumn
+                          ? at::empty({chunks, n}, at::kFloat)
+                          : at::empty(g.nodes[o.op].node->outputs[o.index].sizes, at::kFloat));
+  }
+  auto call = [&](int64_t begin, int64_t end, int64_t chunk) {
+    std::vector<MemRef1D<char>> bufs;
+    bufs.reserve(inputs.size() + outputs.size() + 3);
+    for (const at::Tensor& t : inputs) bufs.push_back(buffer(t.data_ptr(), INT64_MAX));
+    for (const at::Tensor& t : outputs) bufs.push_back(buffer(t.data_ptr(), t.numel()));
+    bufs.push_back(buffer(sizes.data(), static_cast<int64_t>(sizes.size())));
+    bufs.push_back(buffer(strides.data(), static_cast<int64_t>(strides.size())));
+    bufs.push_back(buffer(scalars.data(), static_cast<int64_t>(scalars.size())));
+    std::vector<void*> args;
+    for (auto& b : bufs) b.pack(args);
+    args.push_back(&begin);
+    args.push_back(&end);
+    args.push_back(&chunk);
+    fn(args.data());
+  };
+  if (by_column) {
+    at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+      for (int64_t c = first; c < last; ++c) call(c * sizes[0] / chunks, (c + 1) * sizes[0] / chunks, c);
+    });
+  } else if (spec.kind != lowering::FusionKind::kLoop ? rows > 0 : numel > 0) {
+    // A row kernel still runs over rows of length 0 (their sum is 0, their
+    // mean NaN); nothing runs when there are no rows, or no elements.
+    const int64_t inner = std::max(numel, rows) / sizes[0];
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
+    at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) { call(begin, end, 0); });
+  }
+  // Outputs of one op (layer norm: y, mean, rstd) go back in index order.
+  for (size_t j = 0; j < spec.outputs.size(); ++j) {
+    const KernelOutput& o = spec.outputs[j];
+    at::Tensor out = outputs[j];
+    if (o.extent == KernelOutput::Extent::kPerColumn)
+      out = out.sum(0).view(g.nodes[o.op].node->outputs[o.index].sizes);
+    std::vector<at::Tensor>& v = values[o.op];
+    if (v.size() <= o.index) v.resize(o.index + 1);
+    v[o.index] = out;
+  }
+}
+
+}  // namespace disc

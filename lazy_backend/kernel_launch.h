@@ -1,0 +1,19 @@
+// Launches a generated kernel (lowering/codegen/fused_kernel.h) on ATen
+// tensors: sizes, broadcast strides and runtime scalars of *this* graph are
+// its arguments, dim 0 is split across ATen's thread pool.
+#pragma once
+#include <ATen/Tensor.h>
+
+#include <vector>
+
+#include "lowering/codegen/fused_kernel.h"
+#include "runtime/mlir_jit.h"
+
+namespace disc {
+
+// Reads the kernel's inputs from `values` (by graph node, then output) and
+// stores its outputs there.
+void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
+                         const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values);
+
+}  // namespace disc

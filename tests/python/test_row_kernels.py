@@ -1,0 +1,146 @@
+"""Generated kInput / kStitch kernels (lowering/codegen/fused_kernel.cpp)
+against CPU eager, forward and backward, with pinned kernel counts.
+
+Softmax, log_softmax and layer norm are one generated kernel each, forward
+and backward; a reduction over the last dim, or over all leading dims (a
+bias grad), takes its element-wise producers into one kernel. Shapes cover
+row lengths that are and are not multiples of the vector width, length 1
+and 0, no rows, 1-D inputs, and inputs that are not contiguous along the
+row (the strided path).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_disc
+
+SHAPES = [(4, 37), (3, 5, 64), (2, 1), (1000,), (0, 8), (5, 0), (64, 10), (2, 3, 4, 33)]
+TOL = dict(rtol=1e-5, atol=1e-5, equal_nan=True)  # reductions reorder their sums
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)
+
+
+CASES = {
+    # name: (fn of x and the affine params, kernels in the forward graph)
+    "softmax": lambda x, w, b: torch.softmax(x * 2 + 1, -1),
+    "log_softmax": lambda x, w, b: torch.log_softmax(x, -1),
+    "layer_norm": layer_norm,
+    "layer_norm_no_affine": lambda x, w, b: layer_norm(x, None, None),
+    "sum_of_exp": lambda x, w, b: (x.exp() * 0.5).sum(-1),
+    "mean_keepdim": lambda x, w, b: x.mean(-1, keepdim=True),
+}
+
+
+def run_both(fn, shape, grad_of_params=False):
+    """Forward and backward of `fn` on CPU and on disc; returns both results
+    and the disc counters of the forward and the backward graph."""
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    n = shape[-1]
+    w, b = torch.linspace(0.5, 1.5, n), torch.linspace(-1, 1, n)
+    out = {}
+    for dev in ("cpu", "disc"):
+        xs, ws, bs = (t.detach().clone().to(dev).requires_grad_() for t in (x, w, b))
+        torch_disc.sync()
+        torch_disc.metrics.reset()
+        y = fn(xs, ws, bs)
+        y_host = y.detach().cpu()
+        fwd = torch_disc.metrics.counters()
+        g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+        torch_disc.metrics.reset()
+        y.backward(g.to(dev))
+        grads = [t.grad.cpu() if t.grad is not None else None for t in (xs, ws, bs)]
+        bwd = torch_disc.metrics.counters()
+        out[dev] = (y_host, grads, fwd, bwd)
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(CASES))
+def test_row_kernels_match_eager_forward_and_backward(name, shape):
+    out = run_both(CASES[name], shape)
+    y_cpu, g_cpu, _, _ = out["cpu"]
+    y_disc, g_disc, fwd, bwd = out["disc"]
+    torch.testing.assert_close(y_disc, y_cpu, **TOL)
+    for a, b in zip(g_disc, g_cpu):
+        if b is None:
+            assert a is None
+        else:
+            torch.testing.assert_close(a, b, **TOL)
+    for c in (fwd, bwd):
+        assert c.get("codegen.declined", 0) == 0
+        assert c["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm"])
+def test_stitch_ops_are_one_kernel_forward_and_one_backward(name):
+    fn = {"softmax": lambda x, w, b: torch.softmax(x, -1),
+          "log_softmax": lambda x, w, b: torch.log_softmax(x, -1),
+          "layer_norm": layer_norm}[name]
+    _, _, fwd, bwd = run_both(fn, (64, 48))["disc"]
+    assert (fwd["launches.fused"], fwd["launches.aten"]) == (1, 0)
+    # Backward: the op's backward is one kernel; layer norm's writes the
+    # input, weight and bias grads in it.
+    assert (bwd["launches.fused"], bwd["launches.aten"]) == (1, 0)
+
+
+def test_layer_norm_backward_honours_the_output_mask():
+    torch.manual_seed(0)
+    x = torch.randn(6, 40)
+    ln = torch.nn.LayerNorm(40)
+    ln.weight.requires_grad_(False)
+    lnd = torch.nn.LayerNorm(40).to("disc")
+    lnd.weight.requires_grad_(False)
+    xd = x.to("disc").requires_grad_()
+    xc = x.clone().requires_grad_()
+    ln(xc).pow(2).sum().backward()
+    lnd(xd).pow(2).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, **TOL)
+    torch.testing.assert_close(lnd.bias.grad.cpu(), ln.bias.grad, **TOL)
+    assert lnd.weight.grad is None
+
+
+def test_bias_grad_is_a_column_sum_kernel(counters):
+    # nn.Linear's bias grad sums the output grad over the batch: one kernel
+    # with per-column partial sums, added up by the launcher.
+    torch.manual_seed(0)
+    g = torch.randn(37, 3, 70)
+    got = (g.to("disc") * 2).sum((0, 1)).cpu()
+    torch.testing.assert_close(got, (g * 2).sum((0, 1)), **TOL)
+    assert counters()["launches.fused"] == 1
+    assert counters()["launches.aten"] == 0
+
+
+def test_rows_not_contiguous_take_the_strided_path():
+    torch.manual_seed(0)
+    x = torch.randn(33, 20)
+    for fn in (lambda t: torch.softmax(t.t(), -1), lambda t: t.t().sum(-1),
+               lambda t: layer_norm(t.t(), None, None)):
+        torch.testing.assert_close(fn(x.to("disc")).cpu(), fn(x), **TOL)
+
+
+def test_amax_propagates_nan_and_softmax_of_all_minus_inf_is_nan():
+    x = torch.randn(4, 40)
+    x[1, 3] = float("nan")
+    x[2, 39] = float("nan")  # in the scalar tail
+    torch.testing.assert_close(x.to("disc").amax(-1).cpu(), x.amax(-1), equal_nan=True)
+    y = torch.full((3, 40), float("-inf"))
+    torch.testing.assert_close(y.to("disc").amax(-1).cpu(), y.amax(-1))
+    torch.testing.assert_close(torch.softmax(y.to("disc"), -1).cpu(), torch.softmax(y, -1),
+                               equal_nan=True)
+
+
+def test_one_row_kernel_serves_every_row_length(counters):
+    # Kernels are shape-generic: after the first length, new lengths compile
+    # neither a graph nor a kernel.
+    x = torch.randn(8, 16)
+    torch.testing.assert_close(torch.softmax(x.to("disc"), -1).cpu(), torch.softmax(x, -1))
+    torch_disc.metrics.reset()
+    for n in (17, 40, 100, 3):
+        x = torch.randn(8, n)
+        torch.testing.assert_close(torch.softmax(x.to("disc"), -1).cpu(), torch.softmax(x, -1))
+    c = counters()
+    assert c["cache_misses"] == 0
+    assert c.get("kernels_jitted", 0) == 0
+    assert c["launches.fused"] == 4
