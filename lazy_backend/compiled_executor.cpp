@@ -122,50 +122,64 @@ class CompiledExecutable final : public Executable {
 
   std::vector<at::Tensor> run(const ir::Graph& g) override {
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
-    int64_t fused = 0, aten = 0;
+    int64_t fused = 0, aten = 0, released = 0;
     for (size_t s = 0; s < steps_.size(); ++s) {
-      const Step& step = steps_[s];
-      if (step.kernel >= 0) {
-        const Kernel& k = kernels_[step.kernel];
-        launch_fused_kernel(k.spec, k.fn, g, values);
-        ++fused;
-        continue;
+      run_step(s, g, values, fused, aten);
+      // Values no later step reads are dropped now, so the allocator reuses
+      // their memory for the next ones instead of holding every
+      // intermediate of the step until the end.
+      for (const ir::GraphRef& r : release_[s]) {
+        at::Tensor& t = values[r.node][r.index];
+        released += t.defined();
+        t = at::Tensor();
       }
-      const uint32_t i = step.op;
-      const ir::GraphNode& gn = g.nodes[i];
-      if (gn.param >= 0) {
-        values[i] = {param_tensor(*gn.node)};
-        continue;
-      }
-      if (program_.ops[i].gemm_group >= 0) {  // merged GEMMs: one call for all members
-        gemm_groups_.run(program_, program_.ops[i].gemm_group, g, values);
-        continue;
-      }
-      std::vector<at::Tensor> ins;
-      for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
-      if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
-        values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s], &g);
-        if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
-        continue;
-      }
-      if (layouts_.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
-      std::vector<bool> in_place;
-      if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
-      values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
-                         in_place.empty() ? nullptr : &in_place);
-      // NHWC from a convolution, read as NCHW next.
-      if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
-      ++aten;
     }
     metrics::bump("kernels_launched", fused + aten);
     metrics::bump("launches.fused", fused);
     metrics::bump("launches.aten", aten);
+    metrics::bump("buffers.released_early", released);
     std::vector<at::Tensor> out;
     for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
     return out;
   }
 
  private:
+  void run_step(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
+                int64_t& fused, int64_t& aten) {
+    const Step& step = steps_[s];
+    if (step.kernel >= 0) {
+      const Kernel& k = kernels_[step.kernel];
+      launch_fused_kernel(k.spec, k.fn, g, values);
+      ++fused;
+      return;
+    }
+    const uint32_t i = step.op;
+    const ir::GraphNode& gn = g.nodes[i];
+    if (gn.param >= 0) {
+      values[i] = {param_tensor(*gn.node)};
+      return;
+    }
+    if (program_.ops[i].gemm_group >= 0) {  // merged GEMMs: one call for all members
+      gemm_groups_.run(program_, program_.ops[i].gemm_group, g, values);
+      return;
+    }
+    std::vector<at::Tensor> ins;
+    for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
+    if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
+      values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s], &g);
+      if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
+      return;
+    }
+    if (layouts_.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
+    std::vector<bool> in_place;
+    if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
+    values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
+                       in_place.empty() ? nullptr : &in_place);
+    // NHWC from a convolution, read as NCHW next.
+    if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
+    ++aten;
+  }
+
   // The kernel of group `gi`, or nullopt where its ops run one by one: a
   // lone element-wise op (ATen's kernel for it is already vectorized, and
   // fusion gains nothing), or a group the codegen declines (counted).
@@ -221,8 +235,8 @@ class CompiledExecutable final : public Executable {
     }
   }
 
-  // For each op that writes inputs in place: which of those inputs it reads
-  // last (no later step, no graph output, no other operand of the same op).
+  // Which values each step reads last (release_), and for each op that
+  // writes inputs in place: which of those inputs it reads last (no later step, no graph output, no other operand of the same op).
   // Their old values are dead once the op runs, so the copy that keeps them
   // can be skipped -- an optimizer updates its parameters and state in their
   // buffers instead of allocating and copying a second set every step.
@@ -240,6 +254,9 @@ class CompiledExecutable final : public Executable {
       }
     }
     for (const ir::GraphRef& r : program_.outputs) read(r, SIZE_MAX);
+    release_.assign(steps_.size(), {});
+    for (const auto& [value, step] : last)
+      if (step != SIZE_MAX) release_[step].push_back({value.first, value.second});
     last_reader_.assign(steps_.size(), {});
     for (size_t s = 0; s < steps_.size(); ++s) {
       if (steps_[s].kernel >= 0) continue;
@@ -286,6 +303,7 @@ class CompiledExecutable final : public Executable {
   std::vector<Kernel> kernels_;
   std::vector<Step> steps_;
   std::vector<std::vector<bool>> last_reader_;  // per step, see plan_in_place
+  std::vector<std::vector<ir::GraphRef>> release_;  // per step: values it reads last
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
   std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
   GemmGroupRunner gemm_groups_;                      // merged GEMMs, gemm_merge_exec.h
