@@ -40,6 +40,9 @@ from examples.mnist.train import build_model
 
 
 class Attention(nn.Module):
+    """BERT-style self-attention with separate q / k / v projections
+    (nn.MultiheadAttention packs them into one in_proj already)."""
+
     def __init__(self, hidden, heads):
         super().__init__()
         self.heads = heads

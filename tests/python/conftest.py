@@ -32,3 +32,22 @@ def fresh_metrics():
 def counters():
     """Call to read the current counters."""
     return torch_disc.metrics.counters
+
+
+@pytest.fixture
+def executor():
+    """Call with "compiled" or "reference"; restores the default after."""
+    default = os.environ.get("DISC_EXECUTOR", "compiled")
+    yield torch_disc._C.set_executor
+    torch_disc._C.set_executor(default)
+
+
+def counted(fn):
+    """Runs fn, syncs; returns its result (on CPU) and the counters of the run."""
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    out = fn()
+    torch_disc.sync()
+    c = torch_disc.metrics.counters()
+    cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
+    return cpu, c

@@ -12,28 +12,10 @@ import torch
 import torch.nn.functional as F
 
 import torch_disc
+from conftest import counted
 from examples.mnist.train import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture
-def executor():
-    """Call with "compiled" or "reference"; restores the default after."""
-    default = os.environ.get("DISC_EXECUTOR", "compiled")
-    yield torch_disc._C.set_executor
-    torch_disc._C.set_executor(default)
-
-
-def counted(fn):
-    """Runs fn, syncs; returns its result (on CPU) and the counters of the run."""
-    torch_disc.sync()
-    torch_disc.metrics.reset()
-    out = fn()
-    torch_disc.sync()
-    c = torch_disc.metrics.counters()
-    cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
-    return cpu, c
 
 
 def cnn_step(batch, seed=0):

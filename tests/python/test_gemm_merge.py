@@ -10,9 +10,10 @@ import os
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import torch_disc
+from benchmarks.gemm_merge import EncoderLayer as BenchEncoderLayer
+from conftest import counted
 
 
 @pytest.fixture
@@ -26,46 +27,8 @@ def settings():
     torch_disc._C.set_prepack(True)
 
 
-def counted(fn):
-    """Runs fn, syncs; returns its result (on CPU) and the counters of the run."""
-    torch_disc.sync()
-    torch_disc.metrics.reset()
-    out = fn()
-    torch_disc.sync()
-    c = torch_disc.metrics.counters()
-    cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
-    return cpu, c
-
-
-class Attention(nn.Module):
-    """BERT-style self-attention with separate q / k / v projections
-    (nn.MultiheadAttention packs them into one in_proj already)."""
-
-    def __init__(self, hidden, heads):
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
-        self.o = nn.Linear(hidden, hidden)
-
-    def forward(self, x):
-        b, s, h = x.shape
-        split = lambda t: t.view(b, s, self.heads, h // self.heads).transpose(1, 2)  # noqa: E731
-        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
-        scores = q @ k.transpose(-1, -2) / (h // self.heads) ** 0.5
-        ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
-        return self.o(ctx)
-
-
-class EncoderLayer(nn.Module):
-    def __init__(self, hidden=32, heads=4, ffn=64):
-        super().__init__()
-        self.attn = Attention(hidden, heads)
-        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
-        self.ff1, self.ff2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
-
-    def forward(self, x):
-        x = self.ln1(x + self.attn(x))
-        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+def EncoderLayer(hidden=32, heads=4, ffn=64):
+    return BenchEncoderLayer(hidden, heads, ffn)
 
 
 def encoder_step(seed=0, batch=4, seq=8):
@@ -182,7 +145,7 @@ def test_encoder_inference_packs_the_concatenated_qkv_weight(settings):
 
 def test_packed_weights_are_refreshed_after_load_state_dict_and_in_place_updates(settings):
     torch_disc._C.set_prepack(True)
-    model, ref = mlp().to("disc"), mlp()
+    model = mlp().to("disc")
     x = torch.randn(8, 64)
     with torch.no_grad():
         for _ in range(2):

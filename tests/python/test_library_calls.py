@@ -1,33 +1,13 @@
 """GEMMs on oneDNN in the compiled executor: float32 mm / addmm / bmm run as
 oneDNN matmul primitives (a relu on a Linear as its post-op), everything else
 of the library class on ATen, counted. The reference executor is the oracle."""
-import os
 
-import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_disc
+from conftest import counted
 from examples.mnist.train import build_model
-
-
-@pytest.fixture
-def executor():
-    """Call with "compiled" or "reference"; restores the default after."""
-    default = os.environ.get("DISC_EXECUTOR", "compiled")
-    yield torch_disc._C.set_executor
-    torch_disc._C.set_executor(default)
-
-
-def counted(fn):
-    """Runs fn, syncs; returns its result (on CPU) and the counters of the run."""
-    torch_disc.sync()
-    torch_disc.metrics.reset()
-    out = fn()
-    torch_disc.sync()
-    c = torch_disc.metrics.counters()
-    cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
-    return cpu, c
 
 
 def mlp_step(batch, seed=0):
