@@ -194,6 +194,9 @@ std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std:
   } catch (const std::exception& e) {
     const std::string msg = e.what();
     if (means_no_meta(msg)) return std::nullopt;
+    // Ctrl-C noticed inside a Python meta kernel: it must reach the user as
+    // KeyboardInterrupt, not as an op error.
+    if (msg.rfind("KeyboardInterrupt", 0) == 0) throw;
     // The user's error (bad shapes, dtypes): say which op, keep torch's words
     // (without the Python stack of a Python meta kernel).
     TORCH_CHECK(false, name, ": ", msg.substr(0, msg.find("\n\nAt:\n")));
