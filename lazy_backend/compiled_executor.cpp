@@ -32,7 +32,6 @@ namespace disc {
 namespace {
 
 using lowering::Program;
-using runtime::MemRef1D;
 
 constexpr size_t kMinFusedOps = 2;
 

@@ -203,10 +203,17 @@ class Emitter {
     if (kernel_.rank == 1) return "%c0";  // a rank-1 loop: j is the whole index
     return "%p" + std::to_string(k) + "_" + std::to_string(kernel_.rank - 2);
   }
-  size_t output_slot(uint32_t op, uint32_t index) const {
+  // The kernel output slot of (op, index), or -1 when the kernel does not
+  // write it (an output the op's output_mask left out).
+  int find_output(uint32_t op, uint32_t index) const {
     for (size_t k = 0; k < kernel_.outputs.size(); ++k)
-      if (kernel_.outputs[k].op == op && kernel_.outputs[k].index == index) return k;
-    throw std::logic_error("row kernel: no such output");
+      if (kernel_.outputs[k].op == op && kernel_.outputs[k].index == index) return static_cast<int>(k);
+    return -1;
+  }
+  size_t output_slot(uint32_t op, uint32_t index) const {
+    const int k = find_output(op, index);
+    if (k < 0) throw std::logic_error("row kernel: no such output");
+    return static_cast<size_t>(k);
   }
 
   // Input k at column j, as f32 (or a vector of them).
@@ -574,12 +581,8 @@ class Emitter {
     const ir::Node& n = *p_.ops[row_op_].node;
     const int x = tensor_operand(n, 1), mean = tensor_operand(n, 3), rstd = tensor_operand(n, 4);
     const int w = tensor_operand(n, 5);
-    auto slot = [&](uint32_t k) -> int {
-      for (size_t s = 0; s < kernel_.outputs.size(); ++s)
-        if (kernel_.outputs[s].op == row_op_ && kernel_.outputs[s].index == k) return static_cast<int>(s);
-      return -1;  // output_mask left it out
-    };
-    const int dx = slot(0), dw = slot(1), db = slot(2);
+    const int dx = find_output(row_op_, 0), dw = find_output(row_op_, 1),
+              db = find_output(row_op_, 2);
     auto dyw = [&](Variant& v, const std::vector<std::string>& in) {
       return w >= 0 ? v.e.binary("arith.mulf", in[0], in[w]) : in[0];
     };
