@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <atomic>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "lazy_backend/conv_calls.h"
 #include "lazy_backend/executor.h"
 #include "lazy_backend/gemm_merge_exec.h"
+#include "lazy_backend/host_cache.h"
 #include "lazy_backend/kernel_launch.h"
 #include "lazy_backend/library_calls.h"
 #include "lazy_backend/metrics.h"
@@ -120,10 +122,20 @@ class CompiledExecutable final : public Executable {
   }
 
   std::vector<at::Tensor> run(const ir::Graph& g) override {
+    ExecutorAllocations from_host_cache;  // host_cache.h: no heap churn per step
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
     int64_t fused = 0, aten = 0, released = 0;
     for (size_t s = 0; s < steps_.size(); ++s) {
-      run_step(s, g, values, fused, aten);
+      if (profile_) {
+        const auto start = std::chrono::steady_clock::now();
+        run_step(s, g, values, fused, aten);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - start).count();
+        metrics::bump("profile." + step_label(s, g) + "_ns", ns);
+        metrics::bump("profile." + step_label(s, g) + ".calls");
+      } else {
+        run_step(s, g, values, fused, aten);
+      }
       // Values no later step reads are dropped now, so the allocator reuses
       // their memory for the next ones instead of holding every
       // intermediate of the step until the end.
@@ -143,6 +155,19 @@ class CompiledExecutable final : public Executable {
   }
 
  private:
+  // What DISC_PROFILE=1 files a step's time under: the generated kernel's
+  // name (its fusion kind and first op), or the op and how it ran.
+  std::string step_label(size_t s, const ir::Graph& g) const {
+    const Step& step = steps_[s];
+    if (step.kernel >= 0) return "fused." + kernels_[step.kernel].spec.name;
+    const uint32_t i = step.op;
+    const std::string how = g.nodes[i].param >= 0              ? "param."
+                      : program_.ops[i].gemm_group >= 0 ? "gemm_group."
+                      : library_[i]                      ? "library."
+                                                         : "aten.";
+    return how + ir::op_name(g.nodes[i].node->op);
+  }
+
   void run_step(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
                 int64_t& fused, int64_t& aten) {
     const Step& step = steps_[s];
@@ -298,6 +323,8 @@ class CompiledExecutable final : public Executable {
     return ok;
   }
 
+  // DISC_PROFILE=1: each step's wall time goes into the metrics.
+  const bool profile_ = std::getenv("DISC_PROFILE") != nullptr;
   Program program_;  // its node pointers die with the first graph: read nodes from `g`
   std::vector<Kernel> kernels_;
   std::vector<Step> steps_;

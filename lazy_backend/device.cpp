@@ -3,6 +3,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "lazy_backend/host_cache.h"
 #include "lazy_backend/lazy_storage.h"
 #include "lazy_backend/rng.h"
 
@@ -60,6 +61,7 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, DiscGuardImpl);
 
 const bool registered = [] {
   c10::SetAllocator(kDisc, disc_allocator());
+  install_host_cache();
   at::RegisterPrivateUse1HooksInterface(new DiscHooks());  // lives for the process
   return true;
 }();

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "lazy_backend/host_cache.h"
 #include "lazy_backend/prepack.h"
 #include "lowering/pipeline.h"
 #include "lazy_backend/capture.h"
@@ -110,6 +111,13 @@ PYBIND11_MODULE(_C, m) {
     set_prepack(on);
     clear_packed_weights();
   }, "Pre-packed GEMM weights on / off; drops the packed ones");
+  m.def("host_cache_stats", [] {
+    const HostCacheStats s = host_cache_stats();
+    return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
+                                          {"in_use_bytes", s.in_use_bytes},
+                                          {"idle_blocks", s.idle_blocks}};
+  });
+  m.def("empty_host_cache", &empty_host_cache, "Frees the idle cached host blocks; bytes freed");
   m.def("packed_weights", &packed_weights_size, "How many packed weights are cached");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
   m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");

@@ -77,3 +77,16 @@ class device:
 
     def __exit__(self, *exc):
         return False
+
+
+def memory_stats() -> dict:
+    """The compiled executor's host buffer cache (``DISC_HOST_CACHE_MB``):
+    ``idle_bytes`` cached for reuse, ``in_use_bytes`` handed out from it,
+    ``idle_blocks``. Hits and misses are in :mod:`torch_disc.metrics`
+    (``host_cache.hits`` / ``host_cache.misses``)."""
+    return dict(_C.host_cache_stats())
+
+
+def empty_cache() -> int:
+    """Returns the idle cached host buffers to the system; the bytes freed."""
+    return _C.empty_host_cache()

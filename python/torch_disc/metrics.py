@@ -32,6 +32,22 @@ def syncs() -> Dict[str, int]:
     return {k[len("sync."):]: v for k, v in counters().items() if k.startswith("sync.")}
 
 
+def profile() -> str:
+    """Where the compiled executor's time went (``DISC_PROFILE=1``): one line
+    per step label, slowest first, with calls and total / mean microseconds."""
+    c = counters()
+    rows = sorted(((v, k[len("profile."):-len("_ns")]) for k, v in c.items()
+                   if k.startswith("profile.") and k.endswith("_ns")), reverse=True)
+    if not rows:
+        return "no profile: set DISC_PROFILE=1 before the graphs compile"
+    width = max(len(label) for _, label in rows)
+    lines = [f"{'step':<{width}}  {'calls':>7}  {'total us':>10}  {'us/call':>8}"]
+    for ns, label in rows:
+        calls = max(c.get(f"profile.{label}.calls", 0), 1)
+        lines.append(f"{label:<{width}}  {calls:>7}  {ns / 1e3:>10.1f}  {ns / 1e3 / calls:>8.2f}")
+    return "\n".join(lines)
+
+
 def report() -> str:
     """A printable table of the counters."""
     c = counters()
