@@ -33,7 +33,7 @@ bench-quick:
 # Randomized differential test: random op graphs on disc (compiled executor)
 # vs disc (reference executor) vs CPU eager, FUZZ_GRAPHS programs (CI runs
 # 1,000). A failure prints the seed, the program and the replay command
-# (python tests/python/random_graphs.py --seed N). make sweep runs it too.
+# (python tests/python/random_graphs --seed N). make sweep runs it too.
 FUZZ_GRAPHS ?= 10000
 .PHONY: fuzz
 fuzz:

@@ -1,6 +1,6 @@
 """Parity of traced disc ops with CPU eager, forward and backward.
 
-Every case in ``CASES`` (ops_parity_cases.py) is one function applied to a few inputs. The same
+Every case in ``CASES`` (ops_parity_cases/) is one function applied to a few inputs. The same
 function runs twice: on CPU tensors (the reference) and on copies of the same
 values moved to ``"disc"``, where the ops are traced and run at the ``.cpu()``
 sync. The results must match:

@@ -7,7 +7,7 @@ included). Every program runs on disc under the compiled executor, on disc
 under the reference executor and on CPU eager, at its own input sizes and at
 other sizes (same structure: the compile cache revalidates); compiled must
 match reference and reference must match eager, with the tolerances
-documented in ``random_graphs.py`` (integers exactly). A failure prints the
+documented in ``random_graphs/__init__.py`` (integers exactly). A failure prints the
 seed, the program and the command that replays it.
 
 ``DISC_FUZZ_GRAPHS=N`` runs N programs instead of 1,000 (``make fuzz``; ``make
