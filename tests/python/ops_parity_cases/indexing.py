@@ -45,11 +45,10 @@ for dtype in FLOATS:
          R((2, 3, 4), dtype), M((1, 4)))
     case(f"masked_fill_-inf-{d}", lambda x, m: x.masked_fill(m, float("-inf")), R((3, 4), dtype),
          M((3, 4)))
-    # The fill value is int32 whatever ``dtype`` is: in the single-file
-    # version of the cases this lambda read the module's ``dtype`` when the
-    # test called it, the last value of the file's last ``for dtype`` loop
-    # (sorting.py's ``for dtype in INTS``), and the split keeps that.
-    case(f"masked_fill_0dim_value-{d}", lambda x, m: x.masked_fill(m, torch.tensor(2.0, dtype=I32)),
+    # A 0-dim tensor fill value of the input's own dtype (bound now: a lambda
+    # reading the loop variable at call time would see its last value).
+    case(f"masked_fill_0dim_value-{d}",
+         lambda x, m, dtype=dtype: x.masked_fill(m, torch.tensor(2.0, dtype=dtype)),
          R((3, 4), dtype), M((3, 4)))
     case(f"masked_fill_empty-{d}", lambda x, m: x.masked_fill(m, 1.0), R((0, 4), dtype), M((0, 4)))
     # The attention pattern: mask, then softmax.
