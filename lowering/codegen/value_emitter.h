@@ -1,8 +1,8 @@
 // Emits the MLIR lines of element-wise ops, on f32 scalars or on
 // vector<16xf32>: one traced op -> a few arith / math lines. The kernels
-// (fused_kernel.cpp) build loops and loads around it and call it once
-// per loop variant (vector body, scalar tail, strided fallback), so an op's
-// arithmetic is written once for all of them.
+// (kernel_skeleton.cpp, row_plans.cpp) build loops and loads around it and
+// call it once per loop variant (vector body, scalar tail, strided fallback),
+// so an op's arithmetic is written once for all of them.
 #pragma once
 #include <cstdint>
 #include <sstream>

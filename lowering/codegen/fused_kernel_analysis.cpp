@@ -1,0 +1,134 @@
+// What a fusion group's kernel computes, decided before any MLIR is written:
+// its ops, inputs, outputs and their extents, and whether a row op reduces
+// the last dim (a row) or all leading dims (a column). A group the codegen
+// cannot handle is declined here, with the reason (see emit_fused_kernel).
+#include "lowering/codegen/kernel_emitter.h"
+
+#include <algorithm>
+
+namespace disc::lowering {
+
+namespace {
+
+const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
+  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return nullptr;
+  return &n.attrs[n.operands[k].first];
+}
+
+}  // namespace
+
+bool KernelEmitter::analyze(std::string* why) {
+  if (loop_) {
+    // The space a kLoop group iterates: its consumer-most op's output.
+    kernel_.space = {group_.ops.back(), 0};
+    const uint32_t R = static_cast<uint32_t>(type_of(kernel_.space).sizes.size());
+    kernel_.rank = std::max<uint32_t>(R, 1);
+    return collect(why);
+  }
+  const ir::Node& row = *p_.ops[row_op_].node;
+  name_ = ir::op_name(row.op);
+  static const char* row_ops[] = {
+      "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
+      "aten::_log_softmax_backward_data", "aten::sum.dim_IntList", "aten::mean.dim",
+      "aten::amax", "aten::native_layer_norm", "aten::native_layer_norm_backward"};
+  bool known = false;
+  for (const char* s : row_ops) known = known || name_ == s;
+  if (!known) return fail(why, row_op_, "no row codegen for this op");
+  if (row.inputs.empty()) return fail(why, row_op_, "no tensor input");
+  kernel_.space = p_.ops[row_op_].inputs[0];
+  const ir::TensorType& space = type_of(kernel_.space);
+  const uint32_t R = static_cast<uint32_t>(space.sizes.size());
+  if (R == 0) return fail(why, row_op_, "0-dim input");
+  kernel_.rank = std::max<uint32_t>(R, 2);
+  for (const ir::TensorType& t : row.outputs)
+    if (t.dtype != ir::DType::kFloat32 && !t.undefined)
+      return fail(why, row_op_, "only f32 outputs are generated");
+  column_ = leading_dims_only(row, R);
+  if (!column_ && !last_dim_only(row, R))
+    return fail(why, row_op_, "reduces neither the last dim nor all leading dims");
+  if (!collect(why)) return false;
+  using Extent = KernelOutput::Extent;
+  for (uint32_t k = 0; k < row.num_returns; ++k) {
+    if (row.outputs[k].undefined) continue;  // output_mask left it out
+    Extent e = Extent::kElements;
+    if (column_ || (name_ == "aten::native_layer_norm_backward" && k > 0)) e = Extent::kPerColumn;
+    else if (is_reduction() || k > 0) e = Extent::kPerRow;
+    kernel_.outputs.push_back({row_op_, k, e});
+  }
+  return true;
+}
+
+// sum over every dim but the last: a column sum (nn.Linear's bias grad).
+bool KernelEmitter::leading_dims_only(const ir::Node& n, uint32_t R) const {
+  if (name_ != "aten::sum.dim_IntList" || R < 2) return false;
+  const ir::Attr* dims = attr_operand(n, 1);
+  const ir::Attr* dtype = attr_operand(n, 3);
+  if (!dims || dims->kind != ir::Attr::Kind::kIntList || !dtype ||
+      dtype->kind != ir::Attr::Kind::kNone)
+    return false;
+  std::vector<bool> seen(R, false);
+  for (int64_t d : dims->ints) {
+    const int64_t a = d < 0 ? d + R : d;
+    if (a < 0 || a >= static_cast<int64_t>(R) - 1 || seen[a]) return false;
+    seen[a] = true;
+  }
+  return dims->ints.size() == R - 1;
+}
+
+// Checks the element-wise ops; collects inputs, outputs, runtime scalars.
+bool KernelEmitter::collect(std::string* why) {
+  for (uint32_t op : group_.ops) {
+    const ir::Node& n = *p_.ops[op].node;
+    if (loop_ || op != row_op_) {
+      if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kFloat32)
+        return fail(why, op, "only single f32 outputs are generated");
+      if (!ValueEmitter::supports(ir::op_name(n.op))) return fail(why, op, "op has no codegen");
+      if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
+    }
+    for (const ir::GraphRef& r : p_.ops[op].inputs) {
+      if (in_group_.count(r.node) || input_index_.count({r.node, r.index})) continue;
+      const ir::TensorType& t = type_of(r);
+      if (!memref_elem(t.dtype)) return fail(why, op, "input dtype has no codegen");
+      if (t.sizes.size() > kernel_.rank) return fail(why, op, "input of higher rank");
+      input_index_[{r.node, r.index}] = kernel_.inputs.size();
+      kernel_.inputs.push_back(r);
+      kernel_.input_dtypes.push_back(t.dtype);
+      // Broadcast along the row: its stride there is 0 (a size-1 or
+      // missing dim, which the size pattern fixes at compile time).
+      const auto& dims = p_.ops[r.node].dims.at(r.index);
+      row_broadcast_.push_back(dims.empty() || dims.back() == 0);
+    }
+    for (uint32_t k = 0; k < n.runtime.size(); ++k) kernel_.runtime.push_back({op, k});
+  }
+  return true;
+}
+
+bool KernelEmitter::is_reduction() const {
+  return name_ == "aten::sum.dim_IntList" || name_ == "aten::mean.dim" || name_ == "aten::amax";
+}
+
+bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
+  auto is_last = [&](int64_t d) { return d == -1 || d == static_cast<int64_t>(R) - 1; };
+  if (is_reduction()) {
+    const ir::Attr* dims = attr_operand(n, 1);
+    if (!dims || dims->kind != ir::Attr::Kind::kIntList || dims->ints.size() != 1) return false;
+    if (name_ != "aten::amax") {  // dtype= must be absent
+      const ir::Attr* dtype = attr_operand(n, 3);
+      if (!dtype || dtype->kind != ir::Attr::Kind::kNone) return false;
+    }
+    return is_last(dims->ints[0]);
+  }
+  if (name_ == "aten::native_layer_norm" || name_ == "aten::native_layer_norm_backward") {
+    const ir::Attr* shape = attr_operand(n, name_ == "aten::native_layer_norm" ? 1 : 2);
+    return shape && shape->ints.size() == 1;
+  }
+  const ir::Attr* dim = attr_operand(n, name_.find("backward") != std::string::npos ? 2 : 1);
+  if (!dim || dim->kind != ir::Attr::Kind::kInt || !is_last(dim->i)) return false;
+  if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax") {
+    const ir::Attr* half_to_float = attr_operand(n, 2);
+    if (!half_to_float || half_to_float->i != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace disc::lowering

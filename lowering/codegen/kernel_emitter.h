@@ -1,0 +1,118 @@
+// The emitter behind emit_fused_kernel (fused_kernel.h), shared by the files
+// that write one kernel: analysis, skeleton, loads and stores, row plans.
+// Private to lowering/codegen: nothing outside this folder includes it.
+#pragma once
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/value_emitter.h"
+
+namespace disc::lowering {
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const Program& p, uint32_t g, const std::vector<bool>& used_outside);
+
+  std::optional<FusedKernel> run(std::string* why);
+
+ private:
+  enum class Acc { kAdd, kMax };
+  static constexpr uint32_t kUnroll = 4;  // independent accumulators per reduction
+  enum class Mode { kVector, kTail, kStrided };
+
+  // One loop variant of one pass: how it addresses memory, its emitter, and
+  // the values it has loaded so far.
+  struct Variant {
+    Mode mode;
+    std::string j;  // the column index
+    ValueEmitter e;
+    std::map<size_t, std::string> loads;
+  };
+
+  using Body = std::function<std::vector<std::string>(Variant&)>;
+
+  bool fail(std::string* why, uint32_t op, const std::string& what) {
+    if (why) *why = ir::op_name(p_.ops[op].node->op) + ": " + what;
+    return false;
+  }
+
+  // --- analysis (fused_kernel_analysis.cpp) ---------------------------------
+
+  bool analyze(std::string* why);
+  bool leading_dims_only(const ir::Node& n, uint32_t R) const;
+  bool collect(std::string* why);
+  const ir::TensorType& type_of(const ir::GraphRef& r) const {
+    return p_.ops[r.node].node->outputs.at(r.index);
+  }
+  bool is_reduction() const;
+  bool last_dim_only(const ir::Node& n, uint32_t R) const;
+
+  // --- emission -------------------------------------------------------------
+
+  std::string fresh() { return "%r" + std::to_string(counter_++); }
+  void line(const std::string& s) { body_ << indent_ << s << "\n"; }
+  ValueEmitter emitter(uint32_t width) {
+    return ValueEmitter(p_, body_, indent_, width, kernel_.runtime, counter_);
+  }
+  const char* elem(size_t k) const { return memref_elem(kernel_.input_dtypes[k]); }
+  std::string in_offset(size_t k) const {
+    if (kernel_.rank == 1) return "%c0";  // a rank-1 loop: j is the whole index
+    return "%p" + std::to_string(k) + "_" + std::to_string(kernel_.rank - 2);
+  }
+  // The kernel output slot of (op, index), or -1 when the kernel does not
+  // write it (an output the op's output_mask left out).
+  int find_output(uint32_t op, uint32_t index) const {
+    for (size_t k = 0; k < kernel_.outputs.size(); ++k)
+      if (kernel_.outputs[k].op == op && kernel_.outputs[k].index == index) return static_cast<int>(k);
+    return -1;
+  }
+  size_t output_slot(uint32_t op, uint32_t index) const {
+    const int k = find_output(op, index);
+    if (k < 0) throw std::logic_error("row kernel: no such output");
+    return static_cast<size_t>(k);
+  }
+
+  // Loads and stores (kernel_loads_stores.cpp).
+  std::string load(Variant& v, size_t k);
+  std::string out_index(Variant& v);
+  void store(Variant& v, size_t k, const std::string& value);
+  std::string load_output(Variant& v, size_t k);
+  void accumulate(Variant& v, size_t k, const std::string& value);
+  void store_row(size_t k, const std::string& scalar);
+  std::vector<std::string> row_inputs(Variant& v, bool store_producers);
+
+  // The function and its passes over a row (kernel_skeleton.cpp).
+  void emit();
+  std::vector<std::string> pass(const std::vector<Acc>& accs, const Body& body);
+  std::string identity(Acc a, uint32_t width);
+  std::string horizontal(Acc a, const std::string& v);
+  static std::string join(const std::vector<std::string>& v);
+
+  // The passes of each row op (row_plans.cpp).
+  void emit_row();
+  void emit_layer_norm_backward();
+
+  const Program& p_;
+  const FusionGroup& group_;
+  const std::vector<bool>& used_outside_;
+  std::map<uint32_t, bool> in_group_;
+  std::map<std::pair<uint32_t, uint32_t>, size_t> input_index_;
+  std::vector<bool> row_broadcast_;  // per input
+  bool loop_ = false;
+  bool column_ = false;  // a sum over all leading dims
+  uint32_t row_op_ = 0;  // the reduction / stitch op, last in a kInput / kStitch group
+  std::string name_;
+  std::ostringstream body_;
+  std::string indent_;
+  uint32_t counter_ = 0;
+  FusedKernel kernel_;
+};
+
+}  // namespace disc::lowering

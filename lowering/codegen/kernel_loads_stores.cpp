@@ -1,0 +1,112 @@
+// What a pass body reads and writes at column j: input loads (broadcast,
+// contiguous or strided; vector or scalar), output stores and load-backs,
+// per-column partial sums, per-row results, and the group's element-wise
+// producers computed from those loads.
+#include "lowering/codegen/kernel_emitter.h"
+
+namespace disc::lowering {
+
+// Input k at column j, as f32 (or a vector of them).
+std::string KernelEmitter::load(Variant& v, size_t k) {
+  auto it = v.loads.find(k);
+  if (it != v.loads.end()) return it->second;
+  const std::string t = elem(k), mem = "memref<?x" + t + ">";
+  std::string value;
+  if (row_broadcast_[k]) {
+    std::string raw = fresh();
+    line(raw + " = memref.load %in" + std::to_string(k) + "[" + in_offset(k) + "] : " + mem);
+    value = raw;
+    if (t != "f32") {
+      value = fresh();
+      line(value + (t == "f64" ? " = arith.truncf " : " = arith.sitofp ") + raw + " : " + t +
+           " to f32");
+    }
+    value = v.e.splat(value);
+  } else {
+    std::string idx = fresh();
+    if (v.mode == Mode::kStrided) {
+      std::string m = fresh();
+      line(m + " = arith.muli " + v.j + ", %s" + std::to_string(k) + "_" +
+           std::to_string(kernel_.rank - 1) + " : index");
+      line(idx + " = arith.addi " + in_offset(k) + ", " + m + " : index");
+    } else {
+      line(idx + " = arith.addi " + in_offset(k) + ", " + v.j + " : index");
+    }
+    std::string raw = fresh();
+    if (v.mode == Mode::kVector)
+      line(raw + " = vector.load %in" + std::to_string(k) + "[" + idx + "] : " + mem +
+           ", vector<" + std::to_string(kVectorWidth) + "x" + t + ">");
+    else
+      line(raw + " = memref.load %in" + std::to_string(k) + "[" + idx + "] : " + mem);
+    value = v.e.to_f32(raw, kernel_.input_dtypes[k]);
+  }
+  return v.loads[k] = value;
+}
+
+// Output slot `k` at column j: store, or load back what a pass stored.
+std::string KernelEmitter::out_index(Variant& v) {
+  std::string idx = fresh();
+  line(idx + " = arith.addi %ob, " + v.j + " : index");
+  return idx;
+}
+
+void KernelEmitter::store(Variant& v, size_t k, const std::string& value) {
+  std::string idx = out_index(v), o = "%out" + std::to_string(k);
+  if (v.mode == Mode::kVector)
+    line("vector.store " + value + ", " + o + "[" + idx + "] : memref<?xf32>, vector<" +
+         std::to_string(kVectorWidth) + "xf32>");
+  else
+    line("memref.store " + value + ", " + o + "[" + idx + "] : memref<?xf32>");
+}
+
+std::string KernelEmitter::load_output(Variant& v, size_t k) {
+  std::string idx = out_index(v), o = "%out" + std::to_string(k), r = fresh();
+  if (v.mode == Mode::kVector)
+    line(r + " = vector.load " + o + "[" + idx + "] : memref<?xf32>, vector<" +
+         std::to_string(kVectorWidth) + "xf32>");
+  else
+    line(r + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
+  return r;
+}
+
+// Adds `value` to this chunk's partial sum of output slot k at column j.
+void KernelEmitter::accumulate(Variant& v, size_t k, const std::string& value) {
+  std::string idx = fresh(), o = "%out" + std::to_string(k), old = fresh();
+  line(idx + " = arith.addi %cb, " + v.j + " : index");
+  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
+  if (v.mode == Mode::kVector)
+    line(old + " = vector.load " + o + "[" + idx + "] : memref<?xf32>, " + vt);
+  else
+    line(old + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
+  std::string sum = v.e.binary("arith.addf", old, value);
+  if (v.mode == Mode::kVector)
+    line("vector.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>, " + vt);
+  else
+    line("memref.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>");
+}
+
+void KernelEmitter::store_row(size_t k, const std::string& scalar) {
+  line("memref.store " + scalar + ", %out" + std::to_string(k) + "[%row] : memref<?xf32>");
+}
+
+// The element-wise producers at column j, and the row op's input values.
+std::vector<std::string> KernelEmitter::row_inputs(Variant& v, bool store_producers) {
+  std::map<uint32_t, std::string> value;
+  auto of = [&](const ir::GraphRef& r) {
+    if (in_group_.count(r.node)) return value.at(r.node);
+    return load(v, input_index_.at({r.node, r.index}));
+  };
+  for (uint32_t op : group_.ops) {
+    if (!loop_ && op == row_op_) break;
+    std::vector<std::string> ins;
+    for (const ir::GraphRef& r : p_.ops[op].inputs) ins.push_back(of(r));
+    value[op] = v.e.compute(op, ins);
+    if (store_producers && used_outside_[op]) store(v, output_slot(op, 0), value[op]);
+  }
+  std::vector<std::string> ins;
+  if (!loop_)
+    for (const ir::GraphRef& r : p_.ops[row_op_].inputs) ins.push_back(of(r));
+  return ins;
+}
+
+}  // namespace disc::lowering

@@ -1,0 +1,177 @@
+// The passes each row op makes over a row, in torch's order of operations:
+// kLoop's single pass, column sums, last-dim reductions, softmax and
+// log_softmax (and their backward), layer norm forward and backward.
+#include "lowering/codegen/kernel_emitter.h"
+
+namespace disc::lowering {
+
+namespace {
+
+// The tensor input index of schema operand k, or -1 (None / not a tensor).
+int tensor_operand(const ir::Node& n, size_t k) {
+  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kTensor) return -1;
+  return static_cast<int>(n.operands[k].first);
+}
+
+}  // namespace
+
+// The passes of the row op, in torch's order of operations.
+void KernelEmitter::emit_row() {
+  if (loop_) {  // one pass: compute the group, store what leaves it
+    pass({}, [&](Variant& v) {
+      row_inputs(v, true);
+      return std::vector<std::string>{};
+    });
+    return;
+  }
+  ValueEmitter s = emitter(0);
+  const size_t out0 = output_slot(row_op_, 0);
+  bool first = true;
+  auto producers_once = [&] {  // producers used outside are stored by the first pass
+    bool f = first;
+    first = false;
+    return f;
+  };
+  if (column_) {
+    bool store_p = producers_once();
+    pass({}, [&](Variant& v) {
+      accumulate(v, out0, row_inputs(v, store_p)[0]);
+      return std::vector<std::string>{};
+    });
+    return;
+  }
+  if (name_ == "aten::native_layer_norm_backward") {
+    emit_layer_norm_backward();
+    return;
+  }
+  if (is_reduction()) {
+    Acc a = name_ == "aten::amax" ? Acc::kMax : Acc::kAdd;
+    bool store_p = producers_once();
+    std::string r = pass({a}, [&](Variant& v) { return std::vector{row_inputs(v, store_p)[0]}; })[0];
+    if (name_ == "aten::mean.dim") r = s.binary("arith.divf", r, "%nf");
+    store_row(out0, r);
+    return;
+  }
+  if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax") {
+    bool store_p = producers_once();
+    std::string mx = pass({Acc::kMax}, [&](Variant& v) {
+      return std::vector{row_inputs(v, store_p)[0]};
+    })[0];
+    const bool log = name_ == "aten::_log_softmax";
+    std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
+      std::string e = v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
+      if (!log) store(v, out0, e);
+      return std::vector{e};
+    })[0];
+    // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
+    std::string log_sum = log ? s.unary("math.log", sum) : "";
+    std::string inv_sum = log ? "" : s.binary("arith.divf", s.constant(1.0), sum);
+    pass({}, [&](Variant& v) {
+      if (log) {
+        std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
+        store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
+      } else {
+        store(v, out0, v.e.binary("arith.mulf", load_output(v, out0), v.e.splat(inv_sum)));
+      }
+      return std::vector<std::string>{};
+    });
+    return;
+  }
+  if (name_ == "aten::_softmax_backward_data" || name_ == "aten::_log_softmax_backward_data") {
+    // softmax:      grad_in = y * (g - sum(g * y))
+    // log_softmax:  grad_in = g - exp(y) * sum(g)
+    const bool log = name_ == "aten::_log_softmax_backward_data";
+    bool store_p = producers_once();
+    std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
+      std::vector<std::string> in = row_inputs(v, store_p);
+      return std::vector{log ? in[0] : v.e.binary("arith.mulf", in[0], in[1])};
+    })[0];
+    pass({}, [&](Variant& v) {
+      std::vector<std::string> in = row_inputs(v, false);
+      std::string r = log ? v.e.binary("arith.subf", in[0],
+                                       v.e.binary("arith.mulf", v.e.exp(in[1]), v.e.splat(sum)))
+                          : v.e.binary("arith.mulf", in[1],
+                                       v.e.binary("arith.subf", in[0], v.e.splat(sum)));
+      store(v, out0, r);
+      return std::vector<std::string>{};
+    });
+    return;
+  }
+  // native_layer_norm(x, [n], weight?, bias?, eps): two passes for the
+  // moments (mean, then the centred sum of squares), one to normalize.
+  const ir::Node& n = *p_.ops[row_op_].node;
+  const int w = tensor_operand(n, 2), b = tensor_operand(n, 3);
+  bool store_p = producers_once();
+  std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
+    return std::vector{row_inputs(v, store_p)[0]};
+  })[0];
+  std::string mean = s.binary("arith.divf", sum, "%nf");
+  std::string sq = pass({Acc::kAdd}, [&](Variant& v) {
+    std::string d = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mean));
+    return std::vector{v.e.binary("arith.mulf", d, d)};
+  })[0];
+  std::string var = s.binary("arith.divf", sq, "%nf");
+  std::string eps = s.scalar_operand_f32(row_op_, 4);
+  std::string rstd = s.binary("arith.divf", s.constant(1.0),
+                              s.unary("math.sqrt", s.binary("arith.addf", var, eps)));
+  pass({}, [&](Variant& v) {
+    std::vector<std::string> in = row_inputs(v, false);
+    std::string y = v.e.binary("arith.mulf", v.e.binary("arith.subf", in[0], v.e.splat(mean)),
+                               v.e.splat(rstd));
+    if (w >= 0) y = v.e.binary("arith.mulf", y, in[w]);
+    if (b >= 0) y = v.e.binary("arith.addf", y, in[b]);
+    store(v, out0, y);
+    return std::vector<std::string>{};
+  });
+  store_row(output_slot(row_op_, 1), mean);
+  store_row(output_slot(row_op_, 2), rstd);
+}
+
+// native_layer_norm_backward(dy, x, [n], mean, rstd, w?, b?, mask), as
+// torch computes it: ds = sum(dy*w*x), db = sum(dy*w) over the row, then
+//   dx = rstd*dy*w + b'*x + c',  b' = (db*mean - ds) * rstd^3 / n,
+//                                c' = -b'*mean - db*rstd / n
+// and per column dw += dy*(x - mean)*rstd, dbias += dy.
+void KernelEmitter::emit_layer_norm_backward() {
+  const ir::Node& n = *p_.ops[row_op_].node;
+  const int x = tensor_operand(n, 1), mean = tensor_operand(n, 3), rstd = tensor_operand(n, 4);
+  const int w = tensor_operand(n, 5);
+  const int dx = find_output(row_op_, 0), dw = find_output(row_op_, 1),
+            db = find_output(row_op_, 2);
+  auto dyw = [&](Variant& v, const std::vector<std::string>& in) {
+    return w >= 0 ? v.e.binary("arith.mulf", in[0], in[w]) : in[0];
+  };
+  std::vector<std::string> sums = pass({Acc::kAdd, Acc::kAdd}, [&](Variant& v) {
+    std::vector<std::string> in = row_inputs(v, true);
+    std::string g = dyw(v, in);
+    return std::vector{v.e.binary("arith.mulf", g, in[x]), g};
+  });
+  pass({}, [&](Variant& v) {
+    std::vector<std::string> in = row_inputs(v, false);
+    ValueEmitter& e = v.e;
+    const std::string m = in[mean], r = in[rstd];
+    if (dx >= 0) {
+      std::string ds = e.splat(sums[0]), dbs = e.splat(sums[1]);
+      std::string inv_n = e.binary("arith.divf", e.constant(1.0), e.splat("%nf"));
+      std::string r3 = e.binary("arith.mulf", e.binary("arith.mulf", r, r), r);
+      std::string b = e.binary("arith.mulf",
+                               e.binary("arith.mulf",
+                                        e.binary("arith.subf", e.binary("arith.mulf", dbs, m), ds), r3),
+                               inv_n);
+      std::string c = e.binary("arith.subf", e.unary("arith.negf", e.binary("arith.mulf", b, m)),
+                               e.binary("arith.mulf", e.binary("arith.mulf", dbs, r), inv_n));
+      std::string out = e.binary("arith.addf",
+                                 e.binary("arith.addf", e.binary("arith.mulf", r, dyw(v, in)),
+                                          e.binary("arith.mulf", b, in[x])),
+                                 c);
+      store(v, dx, out);
+    }
+    if (dw >= 0)
+      accumulate(v, dw, e.binary("arith.mulf", e.binary("arith.mulf", in[0],
+                                                          e.binary("arith.subf", in[x], m)), r));
+    if (db >= 0) accumulate(v, db, in[0]);
+    return std::vector<std::string>{};
+  });
+}
+
+}  // namespace disc::lowering
