@@ -11,6 +11,9 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+
+#include "lazy_backend/metrics.h"
 
 namespace disc {
 
@@ -89,7 +92,14 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     // mean NaN); nothing runs when there are no rows, or no elements.
     const int64_t inner = std::max(numel, rows) / sizes[0];
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
-    at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) { call(begin, end, 0); });
+    std::atomic<int64_t> parts{0};
+    at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) {
+      call(begin, end, 0);
+      ++parts;
+    });
+    // How many threads shared the launch: pinned by a test, since a build
+    // without OpenMP runs every kernel serially and is otherwise only slow.
+    metrics::bump("launches.parallel_parts", parts.load());
   }
   // Outputs of one op (layer norm: y, mean, rstd) go back in index order.
   for (size_t j = 0; j < spec.outputs.size(); ++j) {

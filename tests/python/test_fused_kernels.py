@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 import torch_disc
+from conftest import counted
 
 UNARY = [torch.relu, torch.exp, torch.tanh, torch.sigmoid, torch.neg, torch.abs]
 BINARY = [torch.add, torch.sub, torch.mul, lambda a, b: a + 0.5 * b]
@@ -101,3 +102,21 @@ def test_adam_updates_run_fused_and_match_eager(optimizer, counters):
     torch.testing.assert_close(model.bias.detach().cpu(), ref.bias.detach(), rtol=1e-5, atol=1e-6)
     assert counters()["launches.fused"] >= 2 * 5  # two parameters, steady-state steps
     assert counters()["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_large_kernel_is_split_over_torchs_threads(threads, counters):
+    # A kernel over 4096 rows is split into one part per torch thread; a
+    # small one stays on the calling thread. (Without OpenMP in the build,
+    # at::parallel_for is a serial loop: always 1 part.)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.randn(4096, 256)
+        out, c = counted(lambda: (x.to("disc") * 2 + 1).exp())
+        assert c["launches.fused"] == 1 and c["launches.parallel_parts"] == threads
+        torch.testing.assert_close(out, (x * 2 + 1).exp())
+        _, c = counted(lambda: (torch.ones(8, 8).to("disc") * 2 + 1).exp())
+        assert c["launches.parallel_parts"] == 1
+    finally:
+        torch.set_num_threads(before)
