@@ -99,6 +99,7 @@ void LazyStorage::write(const at::Tensor& t, ir::Value v) {
   TORCH_INTERNAL_ASSERT(type_of(v).sizes == t.sizes(), "disc: write of ",
                         type_of(v).to_string(), " into ", t.sizes());
   views_.clear();
+  parked_ = false;  // a new value: later syncs compute it again
   if (covers_storage(t, nbytes_)) {
     value_ = v;
   } else {

@@ -43,6 +43,12 @@ class LazyStorage {
   const ir::Value& value() const { return value_; }
   bool pending() const { return value_ && !value_.node->is_data(); }
   void bind_data(at::Tensor cpu);  // the sync's result for value()
+  // A sync that failed parks the buffers whose values it could not compute:
+  // later syncs leave them out (unrelated work goes on), reading one tries
+  // again, and writing one (a later step's in-place update) unparks it.
+  void park() { parked_ = true; }
+  void unpark() { parked_ = false; }
+  bool parked() const { return parked_; }
   // Drops remembered view values. Every sync does this for every storage,
   // so each step traces from the same state and yields the same graph.
   void forget_views() { views_.clear(); }
@@ -65,6 +71,7 @@ class LazyStorage {
   uint64_t id_;
   size_t nbytes_;
   ir::Value value_;  // null until first written: reads then see zeros
+  bool parked_ = false;  // the last sync could not compute value_; see park()
   std::vector<CachedView> views_;  // values read since the last write
 };
 

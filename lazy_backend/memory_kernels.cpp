@@ -50,9 +50,20 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   bool pending;
   {
     std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    s.unpark();  // a value an earlier sync failed on: reading it tries again
     pending = s.pending();
   }
-  if (pending) sync(cause);
+  if (pending) {
+    try {
+      sync(cause);
+    } catch (const c10::Error&) {
+      // The sync failed on some part of the pending work. If this tensor's
+      // part ran, its value is good: the failed part is parked and raises
+      // when its own tensors are read.
+      std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+      if (s.pending()) throw;
+    }
+  }
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().transfers_to_cpu++;
   return s.read_cpu(src);

@@ -48,6 +48,7 @@ struct Pending {
 Pending collect_pending() {
   Pending p;
   for (LazyStorage* s : live_storages()) {
+    if (s->parked()) continue;  // failed before: computed again when read
     if (!s->pending()) {
       if (s->value()) p.kept.insert(s->value().node.get());
       continue;
@@ -88,6 +89,58 @@ void bind_results(const Pending& p, std::vector<at::Tensor>& results) {
   for (LazyStorage* s : live_storages()) s->forget_views();
 }
 
+void run_and_bind(const Pending& p, const ir::Graph& graph) {
+  Executable& exe = lookup_or_compile(graph);
+  std::vector<at::Tensor> results = run(exe, graph);
+  bind_results(p, results);
+}
+
+// The pending buffers split into parts that share no node, so that a part
+// can run without the others.
+std::vector<Pending> independent_parts(const Pending& p, const ir::Graph& g) {
+  std::vector<uint32_t> parent(g.nodes.size());
+  for (uint32_t i = 0; i < parent.size(); ++i) parent[i] = i;
+  auto find = [&](uint32_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  for (uint32_t i = 0; i < g.nodes.size(); ++i)
+    for (const ir::GraphRef& r : g.nodes[i].inputs) parent[find(r.node)] = find(i);
+  std::vector<Pending> parts;
+  std::vector<int64_t> part_of(g.nodes.size(), -1);
+  for (size_t k = 0; k < p.storages.size(); ++k) {
+    int64_t& part = part_of[find(g.outputs[k].node)];
+    if (part < 0) {
+      part = static_cast<int64_t>(parts.size());
+      parts.push_back({{}, {}, p.kept});
+    }
+    parts[part].storages.push_back(p.storages[k]);
+    parts[part].roots.push_back(p.roots[k]);
+  }
+  return parts;
+}
+
+// A graph that failed to run (out of memory, an index out of range that
+// only the data shows): each independent part runs on its own, so unrelated
+// work still gets its values; the buffers of parts that fail are parked
+// (counted: `failed_syncs`, `parked_buffers`), nothing is dropped. The
+// caller rethrows the first failure.
+void recover_parts(const Pending& pending, const ir::Graph& graph) {
+  std::vector<Pending> parts = independent_parts(pending, graph);
+  metrics::bump("failed_syncs");
+  for (const Pending& part : parts) {
+    if (parts.size() > 1) {
+      try {
+        run_and_bind(part, build_and_hash(part));
+        continue;
+      } catch (const c10::Error&) {
+      }
+    }
+    for (LazyStorage* s : part.storages) s->park();
+    metrics::bump("parked_buffers", static_cast<int64_t>(part.storages.size()));
+  }
+}
+
 // Runs the pending graph; true when it had to be compiled.
 bool sync_locked(const std::string& cause, const std::string& where) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
@@ -97,9 +150,12 @@ bool sync_locked(const std::string& cause, const std::string& where) {
   if (pending.roots.empty()) return false;
   const int64_t misses_before = metrics::counters().cache_misses;
   ir::Graph graph = build_and_hash(pending);
-  Executable& exe = lookup_or_compile(graph);
-  std::vector<at::Tensor> results = run(exe, graph);
-  bind_results(pending, results);
+  try {
+    run_and_bind(pending, graph);
+  } catch (const c10::Error&) {
+    recover_parts(pending, graph);
+    throw;
+  }
   const bool compiled = metrics::counters().cache_misses > misses_before;
   if (debug_sync()) {
     std::fprintf(stderr, "[disc] sync cause=%s at %s: %zu ops, %zu outputs, cache %s\n",

@@ -136,21 +136,39 @@ def test_allocation_larger_than_memory_raises_and_the_backend_recovers(materiali
     assert counters()["fallbacks"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "backend: a graph that failed to run stays pending on its live tensors, and every sync "
-    "runs the pending graph of every live tensor, so while the failed step's tensors are "
-    "referenced each later sync, even of unrelated tensors, raises the same allocation error"))
-def test_unrelated_sync_works_while_the_failed_tensor_is_alive():
+def test_unrelated_sync_works_while_the_failed_tensor_is_alive(counters):
     x = torch.empty(HUGE, device="disc")
     y = (x.fill_(1.0) * 2).sum()
     with pytest.raises(RuntimeError, match="allocate"):
         y.item()
     try:
-        # Unrelated work: fails today with the allocation error of y's graph.
+        # y's buffers are parked: later syncs leave them out.
         assert (torch.ones(3, device="disc") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
+        assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] >= 1
+        # Reading y tries again, and fails the same way.
+        with pytest.raises(RuntimeError, match="allocate"):
+            y.item()
     finally:
         del x, y
         gc.collect()
+
+
+def test_a_failed_part_does_not_take_the_other_parts_of_its_sync_down(counters):
+    x = torch.randn(5)
+    bad = x.to("disc").index_select(0, torch.tensor([0, 7]).to("disc"))  # 7 is out of range
+    good = torch.ones(3).to("disc") + 1
+    # One sync runs both; good's part has no node in common with bad's.
+    assert good.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] == 1
+    with pytest.raises(IndexError, match="index out of range"):
+        bad.cpu()
+    with pytest.raises(IndexError, match="index out of range"):
+        (bad + 1).cpu()  # a value read from the failed one fails too
+    # Writing a new value unparks the buffer: nothing of the failure is left.
+    bad.copy_(torch.zeros(2))
+    assert bad.cpu().tolist() == [0.0, 0.0]
+    torch_disc.sync()
+    assert (good * 2).cpu().tolist() == [4.0, 4.0, 4.0]
 
 
 # ----------------------------------------------------------------------------
