@@ -19,6 +19,7 @@ torch.utils.rename_privateuse1_backend("disc")
 from . import _C  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from . import metrics  # noqa: E402
+from ._autograd import install as _install_autograd  # noqa: E402
 from ._optimizer_hook import install as _install_optimizer_hook  # noqa: E402
 from ._printing import install as _install_printing  # noqa: E402
 
@@ -27,6 +28,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 _install_optimizer_hook()
+_install_autograd()
 _install_printing()
 
 __all__ = ["sync", "mark_step", "metrics", "graph_text", "explain", "compile_log"]
