@@ -122,3 +122,46 @@ func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
     EXPECT_LE(worst, 4.0) << fn;
   }
 }
+
+// The ends of exp's range, where the clamp bounds (not selects) make the
+// result: overflow to +inf, underflow to 0 through the subnormals, NaN.
+TEST(MlirJit, ExpEndsOfTheRangeMatchLibm) {
+  const std::string text = std::string(R"mlir(
+func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %i = %c0 to %n step %c1 {
+    %x = memref.load %a[%i] : memref<?xf32>
+    %y = func.call @disc_expf(%x) : (f32) -> f32
+    memref.store %y, %b[%i] : memref<?xf32>
+  }
+  return
+}
+)mlir") + disc::lowering::expf_function();
+  std::vector<float> a = {-INFINITY, INFINITY, NAN, -1e30f, 1e30f, -200.f, 200.f, -104.5f, -104.f,
+                          -103.98f, -103.972f, -103.9f, 88.7f, 88.72f, 88.7228f, 88.7229f,
+                          88.75f, 88.8f, 88.81f, 89.f};
+  for (float x = -104.5f; x < -85.f; x += 0.0007f) a.push_back(x);
+  for (float x = 85.f; x < 89.f; x += 0.0003f) a.push_back(x);
+  std::vector<float> b(a.size());
+  auto jit = JitModule::compile(text);
+  MemRef1D<float> ma{a.data(), a.data(), 0, static_cast<int64_t>(a.size()), 1};
+  MemRef1D<float> mb{b.data(), b.data(), 0, static_cast<int64_t>(b.size()), 1};
+  int64_t n = static_cast<int64_t>(a.size());
+  std::vector<void*> args;
+  ma.pack(args);
+  mb.pack(args);
+  args.push_back(&n);
+  jit->invoke_packed("k", args);
+  for (size_t k = 0; k < a.size(); ++k) {
+    const float want = std::exp(a[k]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(b[k])) << "exp(" << a[k] << ")";
+    } else if (std::isinf(want) || want == 0.f) {
+      EXPECT_EQ(b[k], want) << "exp(" << a[k] << ")";
+    } else {
+      const float ulp = std::nextafter(want, INFINITY) - want;
+      EXPECT_LE(std::fabs(b[k] - want), ulp) << "exp(" << a[k] << ") = " << b[k] << ", libm " << want;
+    }
+  }
+}
