@@ -84,7 +84,10 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     fn(args.data());
   };
   if (by_column) {
-    at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    // The chunks are fixed (so are the sums); how many threads run them is
+    // not: a small kernel runs all of them on the calling thread.
+    const int64_t chunk_grain = numel >= 32768 * chunks ? 1 : chunks;
+    at::parallel_for(0, chunks, chunk_grain, [&](int64_t first, int64_t last) {
       for (int64_t c = first; c < last; ++c) call(c * sizes[0] / chunks, (c + 1) * sizes[0] / chunks, c);
     });
   } else if (spec.kind != lowering::FusionKind::kLoop ? rows > 0 : numel > 0) {
