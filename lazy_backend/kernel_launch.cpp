@@ -108,8 +108,12 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
     const KernelOutput& o = spec.outputs[j];
     at::Tensor out = outputs[j];
-    if (o.extent == KernelOutput::Extent::kPerColumn)
-      out = out.sum(0).view(g.nodes[o.op].node->outputs[o.index].sizes);
+    if (o.extent == KernelOutput::Extent::kPerColumn) {
+      using Combine = KernelOutput::Combine;
+      out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
+      if (o.combine == Combine::kMean) out.div_(static_cast<double>(rows));
+      out = out.view(g.nodes[o.op].node->outputs[o.index].sizes);
+    }
     std::vector<at::Tensor>& v = values[o.op];
     if (v.size() <= o.index) v.resize(o.index + 1);
     v[o.index] = out;

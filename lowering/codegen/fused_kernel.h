@@ -36,9 +36,14 @@ struct KernelOutput {
     // [chunks, n] buffer, and the launcher adds the chunks up.
     kPerColumn,
   };
+  // How the launcher folds a kPerColumn output's chunk partials: their sum
+  // (sum, and mean, which is then divided by the number of rows), or their
+  // max (amax: partials start at -inf, NaN propagates).
+  enum class Combine : uint8_t { kSum, kMean, kMax };
   uint32_t op = 0;     // the group op
   uint32_t index = 0;  // its output
   Extent extent = Extent::kElements;
+  Combine combine = Combine::kSum;
 };
 
 struct FusedKernel {

@@ -53,18 +53,25 @@ bool KernelEmitter::analyze(std::string* why) {
     Extent e = Extent::kElements;
     if (column_ || (name_ == "aten::native_layer_norm_backward" && k > 0)) e = Extent::kPerColumn;
     else if (is_reduction() || k > 0) e = Extent::kPerRow;
-    kernel_.outputs.push_back({row_op_, k, e});
+    using Combine = KernelOutput::Combine;
+    const Combine c = !column_                  ? Combine::kSum
+                      : name_ == "aten::amax"     ? Combine::kMax
+                      : name_ == "aten::mean.dim" ? Combine::kMean
+                                                  : Combine::kSum;
+    kernel_.outputs.push_back({row_op_, k, e, c});
   }
   return true;
 }
 
-// sum over every dim but the last: a column sum (nn.Linear's bias grad).
+// sum / mean / amax over every dim but the last: a column reduction
+// (nn.Linear's bias grad, a mean over the batch and sequence).
 bool KernelEmitter::leading_dims_only(const ir::Node& n, uint32_t R) const {
-  if (name_ != "aten::sum.dim_IntList" || R < 2) return false;
+  const bool has_dtype = name_ == "aten::sum.dim_IntList" || name_ == "aten::mean.dim";
+  if ((!has_dtype && name_ != "aten::amax") || R < 2) return false;
   const ir::Attr* dims = attr_operand(n, 1);
-  const ir::Attr* dtype = attr_operand(n, 3);
-  if (!dims || dims->kind != ir::Attr::Kind::kIntList || !dtype ||
-      dtype->kind != ir::Attr::Kind::kNone)
+  const ir::Attr* dtype = has_dtype ? attr_operand(n, 3) : nullptr;
+  if (!dims || dims->kind != ir::Attr::Kind::kIntList ||
+      (has_dtype && (!dtype || dtype->kind != ir::Attr::Kind::kNone)))
     return false;
   std::vector<bool> seen(R, false);
   for (int64_t d : dims->ints) {

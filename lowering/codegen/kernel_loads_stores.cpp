@@ -69,7 +69,8 @@ std::string KernelEmitter::load_output(Variant& v, size_t k) {
   return r;
 }
 
-// Adds `value` to this chunk's partial sum of output slot k at column j.
+// Folds `value` into this chunk's partial (sum or max) of output slot k at
+// column j.
 void KernelEmitter::accumulate(Variant& v, size_t k, const std::string& value) {
   std::string idx = fresh(), o = "%out" + std::to_string(k), old = fresh();
   line(idx + " = arith.addi %cb, " + v.j + " : index");
@@ -78,7 +79,9 @@ void KernelEmitter::accumulate(Variant& v, size_t k, const std::string& value) {
     line(old + " = vector.load " + o + "[" + idx + "] : memref<?xf32>, " + vt);
   else
     line(old + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
-  std::string sum = v.e.binary("arith.addf", old, value);
+  std::string sum = kernel_.outputs[k].combine == KernelOutput::Combine::kMax
+                        ? v.e.max_nan(old, value)
+                        : v.e.binary("arith.addf", old, value);
   if (v.mode == Mode::kVector)
     line("vector.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>, " + vt);
   else

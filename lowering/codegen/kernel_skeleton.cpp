@@ -65,12 +65,19 @@ void KernelEmitter::emit() {
     contiguous = a;
   }
   line("%contiguous = arith.andi " + contiguous + ", %true : i1");
-  // This chunk's row of each per-column partial-sum buffer starts at 0.
+  // This chunk's row of each per-column partial buffer starts at 0 (sums)
+  // or -inf (maxima).
   line("%cb = arith.muli %chunk, %n : index");
   for (size_t k = 0; k < kernel_.outputs.size(); ++k) {
     if (kernel_.outputs[k].extent != KernelOutput::Extent::kPerColumn) continue;
     std::string z = fresh(), idx = fresh(), zero = fresh();
-    line(zero + " = arith.constant 0.0 : f32");
+    if (kernel_.outputs[k].combine == KernelOutput::Combine::kMax) {
+      std::string bits = fresh();
+      line(bits + " = arith.constant -8388608 : i32");
+      line(zero + " = arith.bitcast " + bits + " : i32 to f32");
+    } else {
+      line(zero + " = arith.constant 0.0 : f32");
+    }
     line("scf.for " + z + " = %c0 to %n step %c1 {");
     line("  " + idx + " = arith.addi %cb, " + z + " : index");
     line("  memref.store " + zero + ", %out" + std::to_string(k) + "[" + idx + "] : memref<?xf32>");

@@ -112,6 +112,45 @@ def test_bias_grad_is_a_column_sum_kernel(counters):
     assert counters()["launches.aten"] == 0
 
 
+COLUMN_REDUCTIONS = {
+    "sum": lambda t: (t * 2).sum((0, 1)),
+    "mean": lambda t: (t * 2).mean((0, 1)),
+    "mean_keepdim": lambda t: (t - 1).mean((1, 0), keepdim=True),
+    "amax": lambda t: (t * 2).amax((0, 1)),
+    "amax_keepdim": lambda t: t.exp().amax((-3, -2), keepdim=True),
+}
+
+
+@pytest.mark.parametrize("shape", [(37, 3, 70), (1, 1, 5), (40, 9, 17), (2, 8, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS))
+def test_column_reductions_are_one_kernel(name, shape, counters):
+    # sum / mean / amax over all leading dims: one kernel with per-column
+    # partials (fixed chunks of rows), folded by the launcher.
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    fn = COLUMN_REDUCTIONS[name]
+    got = fn(x.to("disc")).cpu()
+    torch.testing.assert_close(got, fn(x), **TOL)
+    assert counters()["launches.fused"] == 1
+    assert counters()["launches.aten"] == 0
+    assert counters().get("codegen.declined", 0) == 0
+
+
+def test_column_amax_propagates_nan_and_handles_minus_inf():
+    x = torch.randn(33, 40)
+    x[5, 3] = float("nan")
+    x[20, 39] = float("nan")  # a column in the scalar tail
+    x[:, 7] = float("-inf")
+    got = x.to("disc").amax(0).cpu()
+    torch.testing.assert_close(got, x.amax(0), equal_nan=True)
+
+
+def test_column_mean_of_no_rows_is_nan():
+    x = torch.randn(0, 6)
+    torch.testing.assert_close(x.to("disc").mean(0).cpu(), x.mean(0), equal_nan=True)
+
+
 def test_rows_not_contiguous_take_the_strided_path():
     torch.manual_seed(0)
     x = torch.randn(33, 20)
