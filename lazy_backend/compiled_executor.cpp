@@ -131,8 +131,9 @@ class CompiledExecutable final : public Executable {
         run_step(s, g, values, fused, aten);
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::steady_clock::now() - start).count();
-        metrics::bump("profile." + step_label(s, g) + "_ns", ns);
-        metrics::bump("profile." + step_label(s, g) + ".calls");
+        const std::string label = "profile." + step_label(s, g);
+        metrics::bump(label + "_ns", ns);
+        metrics::bump(label + ".calls");
       } else {
         run_step(s, g, values, fused, aten);
       }
@@ -161,10 +162,10 @@ class CompiledExecutable final : public Executable {
     const Step& step = steps_[s];
     if (step.kernel >= 0) return "fused." + kernels_[step.kernel].spec.name;
     const uint32_t i = step.op;
-    const std::string how = g.nodes[i].param >= 0              ? "param."
+    const char* how = g.nodes[i].param >= 0            ? "param."
                       : program_.ops[i].gemm_group >= 0 ? "gemm_group."
-                      : library_[i]                      ? "library."
-                                                         : "aten.";
+                      : library_[i]                     ? "library."
+                                                        : "aten.";
     return how + ir::op_name(g.nodes[i].node->op);
   }
 

@@ -100,7 +100,12 @@ class HostCache final : public c10::Allocator {
 
   int64_t release() {
     std::lock_guard<std::mutex> lock(mu_);
-    return release_locked();
+    const int64_t freed = idle_;
+    for (auto& [size, blocks] : idle_blocks_)
+      for (void* p : blocks) std::free(p);
+    idle_blocks_.clear();
+    idle_ = 0;
+    return freed;
   }
 
  private:
@@ -127,15 +132,6 @@ class HostCache final : public c10::Allocator {
     live_[p] = size;
     in_use_ += size;
     return p;
-  }
-
-  int64_t release_locked() {
-    const int64_t freed = idle_;
-    for (auto& [size, blocks] : idle_blocks_)
-      for (void* p : blocks) std::free(p);
-    idle_blocks_.clear();
-    idle_ = 0;
-    return freed;
   }
 
   c10::Allocator* next_;

@@ -1,9 +1,10 @@
 // exp(x) = 2^k * p(r), k = round(x / ln2), r = x - k*ln2 with ln2 split in a
 // short exact part and a correction (so r keeps its low bits), p a degree-7
-// polynomial (Cephes' expf coefficients) in fused multiply-adds. 2^k is built from exponent bits in
-// two halves, so results that are subnormal come out right. Overflow gives
-// +inf, underflow 0, NaN stays NaN: by the choice of clamp bounds, not by
-// selects after the fact (they were a sixth of softmax's instructions).
+// polynomial (Cephes' expf coefficients) in fused multiply-adds. 2^k is
+// built from exponent bits in two halves, so results that are subnormal come
+// out right. Overflow gives +inf, underflow 0, NaN stays NaN: by the choice
+// of clamp bounds, not by selects after the fact (they were a sixth of
+// softmax's instructions). Targets without FMA get fmaf calls (slow, exact).
 #include "lowering/codegen/math_functions.h"
 
 #include <stdexcept>
