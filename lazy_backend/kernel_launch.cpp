@@ -61,7 +61,11 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     return o.extent == KernelOutput::Extent::kPerColumn;
   });
   const int64_t n = sizes.back();
-  const int64_t chunks = by_column ? std::min(sizes[0], kColumnChunks) : 1;
+  // A reduction over the middle dims has one chunk per index of dim 0: its
+  // partials are the result.
+  const int64_t chunks = !by_column      ? 1
+                         : spec.per_outer ? sizes[0]
+                                          : std::min(sizes[0], kColumnChunks);
   std::vector<at::Tensor> outputs;  // per-column outputs: the partial sums first
   for (const KernelOutput& o : spec.outputs) {
     outputs.push_back(o.extent == KernelOutput::Extent::kPerColumn
@@ -86,7 +90,8 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
   if (by_column) {
     // The chunks are fixed (so are the sums); how many threads run them is
     // not: a small kernel runs all of them on the calling thread.
-    const int64_t chunk_grain = numel >= 32768 * chunks ? 1 : chunks;
+    const int64_t per_chunk = chunks > 0 ? std::max<int64_t>(numel / chunks, 1) : 1;
+    const int64_t chunk_grain = std::clamp<int64_t>(32768 / per_chunk, 1, std::max<int64_t>(chunks, 1));
     at::parallel_for(0, chunks, chunk_grain, [&](int64_t first, int64_t last) {
       for (int64_t c = first; c < last; ++c) call(c * sizes[0] / chunks, (c + 1) * sizes[0] / chunks, c);
     });
@@ -110,8 +115,9 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     at::Tensor out = outputs[j];
     if (o.extent == KernelOutput::Extent::kPerColumn) {
       using Combine = KernelOutput::Combine;
-      out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
-      if (o.combine == Combine::kMean) out.div_(static_cast<double>(rows));
+      if (!spec.per_outer) out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
+      if (o.combine == Combine::kMean)
+        out.div_(static_cast<double>(spec.per_outer ? rows / std::max<int64_t>(sizes[0], 1) : rows));
       out = out.view(g.nodes[o.op].node->outputs[o.index].sizes);
     }
     std::vector<at::Tensor>& v = values[o.op];

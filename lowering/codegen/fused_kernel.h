@@ -58,6 +58,10 @@ struct FusedKernel {
   std::vector<ir::DType> input_dtypes;
   std::vector<KernelOutput> outputs;    // written contiguously, f32
   std::vector<std::pair<uint32_t, uint32_t>> runtime;  // (op, runtime slot)
+  // The column reduction spans dims 1..rank-2 only (x.sum(1) of [B, S, H]):
+  // the launcher runs one chunk per index of dim 0, and the [dim 0, n]
+  // partial buffer is the result itself. The kernel text is the same.
+  bool per_outer = false;
 };
 
 // The kernel for group `g`, or nullopt with `why` set when the group has an

@@ -43,9 +43,11 @@ bool KernelEmitter::analyze(std::string* why) {
   for (const ir::TensorType& t : row.outputs)
     if (t.dtype != ir::DType::kFloat32 && !t.undefined)
       return fail(why, row_op_, "only f32 outputs are generated");
-  column_ = leading_dims_only(row, R);
+  kernel_.per_outer = R >= 3 && reduces_dims_before_last(row, R, 1);
+  column_ = kernel_.per_outer || reduces_dims_before_last(row, R, 0);
   if (!column_ && !last_dim_only(row, R))
-    return fail(why, row_op_, "reduces neither the last dim nor all leading dims");
+    return fail(why, row_op_,
+                "reduces neither the last dim, nor all leading dims, nor all but the first and last");
   if (!collect(why)) return false;
   using Extent = KernelOutput::Extent;
   for (uint32_t k = 0; k < row.num_returns; ++k) {
@@ -63,9 +65,11 @@ bool KernelEmitter::analyze(std::string* why) {
   return true;
 }
 
-// sum / mean / amax over every dim but the last: a column reduction
-// (nn.Linear's bias grad, a mean over the batch and sequence).
-bool KernelEmitter::leading_dims_only(const ir::Node& n, uint32_t R) const {
+// sum / mean / amax over every dim but the last (first = 0: nn.Linear's bias
+// grad, a mean over batch and sequence), or over every dim but the first and
+// the last (first = 1: a mean over the sequence per batch entry): a column
+// reduction.
+bool KernelEmitter::reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const {
   const bool has_dtype = name_ == "aten::sum.dim_IntList" || name_ == "aten::mean.dim";
   if ((!has_dtype && name_ != "aten::amax") || R < 2) return false;
   const ir::Attr* dims = attr_operand(n, 1);
@@ -76,10 +80,11 @@ bool KernelEmitter::leading_dims_only(const ir::Node& n, uint32_t R) const {
   std::vector<bool> seen(R, false);
   for (int64_t d : dims->ints) {
     const int64_t a = d < 0 ? d + R : d;
-    if (a < 0 || a >= static_cast<int64_t>(R) - 1 || seen[a]) return false;
+    if (a < static_cast<int64_t>(first) || a >= static_cast<int64_t>(R) - 1 || seen[a])
+      return false;
     seen[a] = true;
   }
-  return dims->ints.size() == R - 1;
+  return dims->ints.size() == R - 1 - first;
 }
 
 // Checks the element-wise ops; collects inputs, outputs, runtime scalars.

@@ -46,7 +46,8 @@ class KernelEmitter {
   // --- analysis (fused_kernel_analysis.cpp) ---------------------------------
 
   bool analyze(std::string* why);
-  bool leading_dims_only(const ir::Node& n, uint32_t R) const;
+  // Reduces dims [first, R - 1) of a rank-R input; first is 0 or 1.
+  bool reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const;
   bool collect(std::string* why);
   const ir::TensorType& type_of(const ir::GraphRef& r) const {
     return p_.ops[r.node].node->outputs.at(r.index);

@@ -150,7 +150,7 @@ TEST(FusedKernel, SoftmaxIsOneRowKernelOnVectorAndStridedPaths) {
   }
 }
 
-TEST(FusedKernel, ReductionOverAMiddleDimIsDeclinedWithTheReason) {
+TEST(FusedKernel, ReductionOverTheMiddleDimsIsAColumnKernelPerOuterIndex) {
   GraphBuilder gb;
   auto x = gb.param({4, 5, 6});
   auto s = gb.op("aten::sum.dim_IntList", {x}, {4, 6}, {GraphBuilder::ints({1}), GraphBuilder::boolean(false), ir::Attr{}});
@@ -158,6 +158,21 @@ TEST(FusedKernel, ReductionOverAMiddleDimIsDeclinedWithTheReason) {
   ASSERT_EQ(p.groups.size(), 1u);
   std::vector<bool> used(p.ops.size(), true);
   std::string why;
+  std::optional<FusedKernel> k = emit_fused_kernel(p, 0, used, &why);
+  ASSERT_TRUE(k) << why;
+  EXPECT_TRUE(k->per_outer);
+  ASSERT_EQ(k->outputs.size(), 1u);
+  EXPECT_EQ(k->outputs[0].extent, KernelOutput::Extent::kPerColumn);
+}
+
+TEST(FusedKernel, ReductionOverOneInnerDimIsDeclinedWithTheReason) {
+  GraphBuilder gb;
+  auto x = gb.param({3, 4, 5, 6});
+  auto s = gb.op("aten::sum.dim_IntList", {x}, {3, 4, 6}, {GraphBuilder::ints({2}), GraphBuilder::boolean(false), ir::Attr{}});
+  Program p = compile(ir::build_graph({s})).program;
+  ASSERT_EQ(p.groups.size(), 1u);
+  std::vector<bool> used(p.ops.size(), true);
+  std::string why;
   EXPECT_FALSE(emit_fused_kernel(p, 0, used, &why));
-  EXPECT_NE(why.find("reduces neither the last dim nor all leading dims"), std::string::npos) << why;
+  EXPECT_NE(why.find("reduces neither the last dim, nor all leading dims"), std::string::npos) << why;
 }

@@ -137,6 +137,43 @@ def test_column_reductions_are_one_kernel(name, shape, counters):
     assert counters().get("codegen.declined", 0) == 0
 
 
+MIDDLE_REDUCTIONS = {
+    "sum": lambda t: (t * 2).sum(1),
+    "mean": lambda t: (t - 1).mean(1),
+    "mean_keepdim": lambda t: t.exp().mean(1, keepdim=True),
+    "amax": lambda t: (t * 2).amax(1),
+    "sum_4d": lambda t: t.reshape(t.shape[0], t.shape[1], 1, t.shape[2]).expand(
+        t.shape[0], t.shape[1], 3, t.shape[2]).relu().sum((1, 2)),
+}
+
+
+@pytest.mark.parametrize("shape", [(4, 37, 70), (1, 1, 5), (33, 9, 17), (0, 3, 4), (2, 8, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(MIDDLE_REDUCTIONS))
+def test_middle_dim_reductions_are_one_kernel(name, shape, counters):
+    # Over every dim but the first and last ([B, S, H] -> [B, H]): the same
+    # column kernel, one chunk per index of dim 0.
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    fn = MIDDLE_REDUCTIONS[name]
+    got = fn(x.to("disc")).cpu()
+    torch.testing.assert_close(got, fn(x), **TOL)
+    assert counters().get("codegen.declined", 0) == 0
+    assert counters()["launches.aten"] == (1 if name == "sum_4d" else 0)  # expand is a view op
+    assert counters()["launches.fused"] == 1
+
+
+def test_middle_dim_mean_pooling_trains_like_eager():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 4)
+    x = torch.randn(6, 11, 16)
+    lind = torch.nn.Linear(16, 4).to("disc")
+    lind.load_state_dict(lin.state_dict())
+    lin(x).amax(1).mean(1).sum().backward()
+    lind(x.to("disc")).amax(1).mean(1).sum().backward()
+    torch.testing.assert_close(lind.weight.grad.cpu(), lin.weight.grad, **TOL)
+
+
 def test_column_amax_propagates_nan_and_handles_minus_inf():
     x = torch.randn(33, 40)
     x[5, 3] = float("nan")
