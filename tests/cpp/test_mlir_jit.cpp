@@ -79,38 +79,47 @@ TEST(MlirJit, ParseErrorsCarryTheDiagnostic) {
   }
 }
 
-// The math functions are polynomials, not libm calls (so that they
-// vectorize): exp is codegen's own (math_functions.cpp), log and tanh MLIR's. Their error over the float range training meets, in ulp of
-// the libm result: the bound the op-parity tolerances rely on.
-TEST(MlirJit, MathApproximationsStayWithinAFewUlp) {
-  for (const char* fn : {"exp", "log", "tanh"}) {
-    const std::string text = std::string(R"mlir(
+// Runs `call` (one f32 -> f32 MLIR expression of %x, with disc_expf in
+// scope) over every element of `a`, JIT-compiled as a scalar loop.
+static std::vector<float> run_elementwise(const std::string& call, const std::vector<float>& a) {
+  const std::string text = R"mlir(
 func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   scf.for %i = %c0 to %n step %c1 {
     %x = memref.load %a[%i] : memref<?xf32>
-    %y = )mlir") + (std::string(fn) == "exp" ? "func.call @disc_expf(%x) : (f32) -> f32" : std::string("math.") + fn + " %x : f32") + R"mlir(
+    %y = )mlir" + call + R"mlir(
     memref.store %y, %b[%i] : memref<?xf32>
   }
   return
 }
 )mlir" + disc::lowering::expf_function();
-    std::vector<float> a, b;
+  std::vector<float> in = a, b(a.size());
+  auto jit = JitModule::compile(text);
+  MemRef1D<float> ma{in.data(), in.data(), 0, static_cast<int64_t>(in.size()), 1};
+  MemRef1D<float> mb{b.data(), b.data(), 0, static_cast<int64_t>(b.size()), 1};
+  int64_t n = static_cast<int64_t>(in.size());
+  std::vector<void*> args;
+  ma.pack(args);
+  mb.pack(args);
+  args.push_back(&n);
+  jit->invoke_packed("k", args);
+  return b;
+}
+
+// The math functions are polynomials, not libm calls (so that they
+// vectorize): exp is codegen's own (math_functions.cpp), log and tanh MLIR's. Their error over the float range training meets, in ulp of
+// the libm result: the bound the op-parity tolerances rely on.
+TEST(MlirJit, MathApproximationsStayWithinAFewUlp) {
+  for (const char* fn : {"exp", "log", "tanh"}) {
+    std::vector<float> a;
     for (int k = -20000; k <= 20000; ++k) {
       float x = std::string(fn) == "log" ? std::exp(k * 0.004f) : k * (std::string(fn) == "exp" ? 0.0043f : 0.0005f);
       a.push_back(x);
     }
-    b.resize(a.size());
-    auto jit = JitModule::compile(text);
-    MemRef1D<float> ma{a.data(), a.data(), 0, static_cast<int64_t>(a.size()), 1};
-    MemRef1D<float> mb{b.data(), b.data(), 0, static_cast<int64_t>(b.size()), 1};
-    int64_t n = static_cast<int64_t>(a.size());
-    std::vector<void*> args;
-    ma.pack(args);
-    mb.pack(args);
-    args.push_back(&n);
-    jit->invoke_packed("k", args);
+    const std::vector<float> b = run_elementwise(
+        std::string(fn) == "exp" ? "func.call @disc_expf(%x) : (f32) -> f32"
+                                 : std::string("math.") + fn + " %x : f32", a);
     double worst = 0;
     for (size_t k = 0; k < a.size(); ++k) {
       float want = std::string(fn) == "exp" ? std::exp(a[k]) : std::string(fn) == "log" ? std::log(a[k]) : std::tanh(a[k]);
@@ -126,33 +135,12 @@ func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
 // The ends of exp's range, where the clamp bounds (not selects) make the
 // result: overflow to +inf, underflow to 0 through the subnormals, NaN.
 TEST(MlirJit, ExpEndsOfTheRangeMatchLibm) {
-  const std::string text = std::string(R"mlir(
-func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  scf.for %i = %c0 to %n step %c1 {
-    %x = memref.load %a[%i] : memref<?xf32>
-    %y = func.call @disc_expf(%x) : (f32) -> f32
-    memref.store %y, %b[%i] : memref<?xf32>
-  }
-  return
-}
-)mlir") + disc::lowering::expf_function();
   std::vector<float> a = {-INFINITY, INFINITY, NAN, -1e30f, 1e30f, -200.f, 200.f, -104.5f, -104.f,
                           -103.98f, -103.972f, -103.9f, 88.7f, 88.72f, 88.7228f, 88.7229f,
                           88.75f, 88.8f, 88.81f, 89.f};
   for (float x = -104.5f; x < -85.f; x += 0.0007f) a.push_back(x);
   for (float x = 85.f; x < 89.f; x += 0.0003f) a.push_back(x);
-  std::vector<float> b(a.size());
-  auto jit = JitModule::compile(text);
-  MemRef1D<float> ma{a.data(), a.data(), 0, static_cast<int64_t>(a.size()), 1};
-  MemRef1D<float> mb{b.data(), b.data(), 0, static_cast<int64_t>(b.size()), 1};
-  int64_t n = static_cast<int64_t>(a.size());
-  std::vector<void*> args;
-  ma.pack(args);
-  mb.pack(args);
-  args.push_back(&n);
-  jit->invoke_packed("k", args);
+  const std::vector<float> b = run_elementwise("func.call @disc_expf(%x) : (f32) -> f32", a);
   for (size_t k = 0; k < a.size(); ++k) {
     const float want = std::exp(a[k]);
     if (std::isnan(want)) {
