@@ -2,10 +2,13 @@
 // owns every node it makes: a Graph refers to nodes by raw pointer, so they
 // must outlive it (in the backend, live tensors keep them alive).
 #pragma once
+#include <gtest/gtest.h>
+
 #include <initializer_list>
 #include <vector>
 
 #include "lowering/ir/graph.h"
+#include "lowering/program.h"
 
 namespace disc::testing {
 
@@ -70,5 +73,13 @@ class GraphBuilder {
  private:
   std::vector<ir::NodePtr> keep_;
 };
+
+// The index of the program op that computes `v` (a test failure if none).
+inline uint32_t index_of(const lowering::Program& p, const ir::Value& v) {
+  for (uint32_t i = 0; i < p.ops.size(); ++i)
+    if (p.ops[i].node == v.node.get()) return i;
+  ADD_FAILURE() << "value not in the program";
+  return 0;
+}
 
 }  // namespace disc::testing

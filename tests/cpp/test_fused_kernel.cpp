@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "graph_builder.h"
 #include "lowering/codegen/fused_kernel.h"
@@ -15,6 +16,34 @@ using namespace disc;
 using namespace disc::lowering;
 using disc::runtime::MemRef1D;
 using disc::testing::GraphBuilder;
+
+namespace {
+
+// Launches kernel `k` over rows [0, rows) as kernel_launch.cpp does: the
+// input and output buffers in signature order, then sizes, strides (input k,
+// axis a at k * rank + a), runtime scalars, begin, end and chunk 0.
+void launch(const FusedKernel& k, const runtime::JitModule& jit, std::vector<MemRef1D<float>> buffers,
+            std::vector<int64_t> sizes, std::vector<int64_t> strides, std::vector<double> scalars,
+            int64_t rows) {
+  auto ref = [](auto& v) {
+    using T = typename std::remove_reference_t<decltype(v)>::value_type;
+    return MemRef1D<T>{v.data(), v.data(), 0, static_cast<int64_t>(v.size()), 1};
+  };
+  MemRef1D<int64_t> ms = ref(sizes), mst = ref(strides);
+  MemRef1D<double> msc = ref(scalars);
+  int64_t begin = 0, end = rows, chunk = 0;
+  std::vector<void*> args;
+  for (auto& b : buffers) b.pack(args);
+  ms.pack(args);
+  mst.pack(args);
+  msc.pack(args);
+  args.push_back(&begin);
+  args.push_back(&end);
+  args.push_back(&chunk);
+  jit.invoke_packed(k.name, args);
+}
+
+}  // namespace
 
 TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
   // relu(x * y + alpha * b) - with b broadcast over rows, alpha a runtime scalar.
@@ -41,24 +70,10 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
     std::vector<float> xv(rows * cols), yv(rows * cols), bv(cols), out(rows * cols);
     for (int64_t i = 0; i < rows * cols; ++i) { xv[i] = std::sin(i * 0.7f); yv[i] = std::cos(i * 1.3f); }
     for (int64_t j = 0; j < cols; ++j) bv[j] = 0.1f * j - 1.f;
-    std::vector<int64_t> sizes = {rows, cols};
     // strides of x, y, b in the [rows, cols] space; b broadcasts over rows.
-    std::vector<int64_t> strides = {cols, 1, cols, 1, 0, 1};
-    std::vector<double> scalars = {0.5};
     MemRef1D<float> mx{xv.data(), xv.data(), 0, rows * cols, 1}, my{yv.data(), yv.data(), 0, rows * cols, 1},
         mb{bv.data(), bv.data(), 0, cols, 1}, mo{out.data(), out.data(), 0, rows * cols, 1};
-    MemRef1D<int64_t> ms{sizes.data(), sizes.data(), 0, 2, 1}, mst{strides.data(), strides.data(), 0, 6, 1};
-    MemRef1D<double> msc{scalars.data(), scalars.data(), 0, 1, 1};
-    int64_t begin = 0, end = rows, chunk = 0;
-    std::vector<void*> args;
-    for (auto* mref : {&mx, &my, &mb, &mo}) mref->pack(args);
-    ms.pack(args);
-    mst.pack(args);
-    msc.pack(args);
-    args.push_back(&begin);
-    args.push_back(&end);
-    args.push_back(&chunk);
-    jit->invoke_packed(k->name, args);
+    launch(*k, *jit, {mx, my, mb, mo}, {rows, cols}, {cols, 1, cols, 1, 0, 1}, {0.5}, rows);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
         float want = std::max(0.f, xv[i * cols + j] * yv[i * cols + j] + 0.5f * bv[j]);
@@ -87,23 +102,9 @@ std::vector<float> run_rows(const FusedKernel& k, const runtime::JitModule& jit,
                             std::vector<float> in, int64_t rows, int64_t cols,
                             int64_t row_stride, int64_t col_stride) {
   std::vector<float> out(rows * cols);
-  std::vector<int64_t> sizes = {rows, cols}, strides = {row_stride, col_stride};
-  std::vector<double> scalars;
   MemRef1D<float> mi{in.data(), in.data(), 0, static_cast<int64_t>(in.size()), 1};
   MemRef1D<float> mo{out.data(), out.data(), 0, rows * cols, 1};
-  MemRef1D<int64_t> ms{sizes.data(), sizes.data(), 0, 2, 1}, mst{strides.data(), strides.data(), 0, 2, 1};
-  MemRef1D<double> msc{scalars.data(), scalars.data(), 0, 0, 1};
-  int64_t begin = 0, end = rows, chunk = 0;
-  std::vector<void*> args;
-  mi.pack(args);
-  mo.pack(args);
-  ms.pack(args);
-  mst.pack(args);
-  msc.pack(args);
-  args.push_back(&begin);
-  args.push_back(&end);
-  args.push_back(&chunk);
-  jit.invoke_packed(k.name, args);
+  launch(k, jit, {mi, mo}, {rows, cols}, {row_stride, col_stride}, {}, rows);
   return out;
 }
 

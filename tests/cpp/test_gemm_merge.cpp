@@ -12,6 +12,7 @@
 using namespace disc;
 using namespace disc::lowering;
 using disc::testing::GraphBuilder;
+using disc::testing::index_of;
 
 namespace {
 
@@ -25,13 +26,6 @@ Program run_pass(std::vector<ir::Value> roots, PipelineOptions options = {}) {
   gemm_merge(p);
   set_pipeline_options(saved);
   return p;
-}
-
-uint32_t index_of(const Program& p, const ir::Value& v) {
-  for (uint32_t i = 0; i < p.ops.size(); ++i)
-    if (p.ops[i].node == v.node.get()) return i;
-  ADD_FAILURE() << "value not in the program";
-  return 0;
 }
 
 // Program indices of `vs`, in program order (as a group lists its members).

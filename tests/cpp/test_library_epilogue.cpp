@@ -9,6 +9,7 @@
 using namespace disc;
 using namespace disc::lowering;
 using disc::testing::GraphBuilder;
+using disc::testing::index_of;
 
 namespace {
 
@@ -16,13 +17,6 @@ Program run_pass(std::vector<ir::Value> roots) {
   Program p = make_program(ir::build_graph(roots));
   library_epilogue(p);
   return p;
-}
-
-uint32_t index_of(const Program& p, const ir::Value& v) {
-  for (uint32_t i = 0; i < p.ops.size(); ++i)
-    if (p.ops[i].node == v.node.get()) return i;
-  ADD_FAILURE() << "value not in the program";
-  return 0;
 }
 
 struct Linear {

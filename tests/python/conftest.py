@@ -51,3 +51,24 @@ def counted(fn):
     c = torch_disc.metrics.counters()
     cpu = [t.cpu() for t in out] if isinstance(out, (list, tuple)) else out.cpu()
     return cpu, c
+
+
+def mnist_step(model_name, batch, seed=0):
+    """One training step (forward, cross-entropy, backward) of the example
+    MNIST model ``model_name`` ("mlp" or "cnn") on disc, on a fixed random
+    batch; returns a function that runs it and returns [loss, *grads]."""
+    import torch.nn.functional as F
+
+    from examples.mnist.train import build_model
+
+    torch.manual_seed(seed)
+    model = build_model(model_name).to("disc")
+    x = torch.randn(batch, 1, 28, 28).to("disc")
+    y = torch.randint(0, 10, (batch,)).to("disc")
+    torch_disc.sync()
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return [loss.detach()] + [p.grad for p in model.parameters()]
+    return step

@@ -11,27 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_disc
-from conftest import counted
-from examples.mnist.train import build_model
+from conftest import counted, mnist_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def cnn_step(batch, seed=0):
-    """One MNIST CNN training step (forward, cross-entropy, backward) on disc;
-    returns a function that runs it and returns [loss, *grads]."""
-    torch.manual_seed(seed)
-    model = build_model("cnn").to("disc")
-    x = torch.randn(batch, 1, 28, 28).to("disc")
-    y = torch.randint(0, 10, (batch,)).to("disc")
-    torch_disc.sync()
-
-    def step():
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        return [loss.detach()] + [p.grad for p in model.parameters()]
-    return step
 
 
 def get(c, *keys):
@@ -43,10 +25,10 @@ CONVS = ("onednn.conv.forward", "onednn.conv.backward_data", "onednn.conv.backwa
 
 def test_cnn_step_matches_the_reference_executor_with_pinned_counters(executor):
     executor("reference")
-    want, ref = counted(cnn_step(64))
+    want, ref = counted(mnist_step("cnn", 64))
     assert get(ref, "library.onednn", "library.aten") == (0, 0)  # the oracle is all ATen
     executor("compiled")
-    got, c = counted(cnn_step(64))
+    got, c = counted(mnist_step("cnn", 64))
     # 2 conv forward (relu as post-op), 2 convolution_backward (the first
     # conv's input needs no gradient: one primitive; the second: two) and
     # 6 GEMMs (2 addmm, 2 weight-grad mm, 2 input-grad mm).
@@ -68,7 +50,7 @@ def test_cnn_step_matches_the_reference_executor_with_pinned_counters(executor):
 
 def test_second_step_creates_no_primitive(executor):
     executor("compiled")
-    step = cnn_step(16)
+    step = mnist_step("cnn", 16)
     counted(step)
     _, c = counted(step)
     assert c.get("onednn.primitives_created", 0) == 0
@@ -164,20 +146,27 @@ def test_nhwc_flows_through_residual_adds_and_reductions(executor):
         assert gt.is_contiguous()
 
 
+def cnn_step_counters_in_child(env, *names):
+    """Counters ``names`` of one compiled CNN step (batch 16) in a new
+    process with ``env`` set: these settings are read once per process."""
+    code = (
+        "import torch_disc, tests.python.test_conv_calls as t\n"
+        "torch_disc._C.set_executor('compiled')\n"
+        "_, c = t.counted(t.mnist_step('cnn', 16))\n"
+        f"print(*[c.get(n, 0) for n in {list(names)!r}])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **env),
+                         timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return [int(v) for v in out.stdout.split()[-len(names):]]
+
+
 def test_nchw_baseline_reorders_every_activation():
     # DISC_CONV_LAYOUT=nchw (read once per process): each conv reorders its
     # activations to oneDNN's blocked layout and back; the same CNN step
     # moves 2 activations between layouts with NHWC kept, 8 without.
-    code = (
-        "import torch_disc, tests.python.test_conv_calls as t\n"
-        "torch_disc._C.set_executor('compiled')\n"
-        "_, c = t.counted(t.cnn_step(16))\n"
-        "print(c['onednn.reorders.activations'], c['onednn.reorders.weights'])\n")
-    env = dict(os.environ, DISC_CONV_LAYOUT="nchw", PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-2:] == ["8", "5"]
+    assert cnn_step_counters_in_child({"DISC_CONV_LAYOUT": "nchw"}, "onednn.reorders.activations",
+                                      "onednn.reorders.weights") == [8, 5]
 
 
 def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
@@ -199,13 +188,5 @@ def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
 
 
 def test_disc_onednn_conv_0_runs_every_convolution_on_aten():
-    code = (
-        "import torch_disc, tests.python.test_conv_calls as t\n"
-        "torch_disc._C.set_executor('compiled')\n"
-        "_, c = t.counted(t.cnn_step(16))\n"
-        "print(c.get('library.aten_reason.disabled', 0), c.get('onednn.reorders', 0))\n")
-    env = dict(os.environ, DISC_ONEDNN_CONV="0", PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-2:] == ["4", "0"]
+    assert cnn_step_counters_in_child({"DISC_ONEDNN_CONV": "0"}, "library.aten_reason.disabled",
+                                      "onednn.reorders") == [4, 0]

@@ -3,27 +3,8 @@ oneDNN matmul primitives (a relu on a Linear as its post-op), everything else
 of the library class on ATen, counted. The reference executor is the oracle."""
 
 import torch
-import torch.nn.functional as F
 
-import torch_disc
-from conftest import counted
-from examples.mnist.train import build_model
-
-
-def mlp_step(batch, seed=0):
-    """One MLP training step (forward, cross-entropy, backward) on disc;
-    returns [loss, *grads]."""
-    torch.manual_seed(seed)
-    model = build_model("mlp").to("disc")
-    x = torch.randn(batch, 1, 28, 28).to("disc")
-    y = torch.randint(0, 10, (batch,)).to("disc")
-    torch_disc.sync()
-
-    def step():
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        return [loss.detach()] + [p.grad for p in model.parameters()]
-    return step
+from conftest import counted, mnist_step
 
 
 def library(c):
@@ -33,10 +14,10 @@ def library(c):
 
 def test_mlp_step_matches_the_reference_executor_with_pinned_counters(executor):
     executor("reference")
-    want, ref = counted(mlp_step(64))
+    want, ref = counted(mnist_step("mlp", 64))
     assert library(ref) == (0, 0, 0)  # the oracle runs every op on ATen
     executor("compiled")
-    got, c = counted(mlp_step(64))
+    got, c = counted(mnist_step("mlp", 64))
     # 3 addmm forward; backward: 3 weight-grad mm + 2 input-grad mm (the
     # first layer's input needs none). The two hidden Linear+ReLU pairs run
     # the relu as a post-op.
@@ -48,8 +29,8 @@ def test_mlp_step_matches_the_reference_executor_with_pinned_counters(executor):
 
 def test_new_batch_size_reuses_every_primitive(executor):
     executor("compiled")
-    counted(mlp_step(64))
-    _, c = counted(mlp_step(37))  # m is a runtime dim: no new primitive
+    counted(mnist_step("mlp", 64))
+    _, c = counted(mnist_step("mlp", 37))  # m is a runtime dim: no new primitive
     assert library(c) == (8, 0, 2)
     assert c.get("onednn.primitives_created", 0) == 0
     assert c["onednn.primitive_reuses"] == 8
