@@ -124,32 +124,35 @@ class CompiledExecutable final : public Executable {
   std::vector<at::Tensor> run(const ir::Graph& g) override {
     ExecutorAllocations from_host_cache;  // host_cache.h: no heap churn per step
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
-    int64_t fused = 0, aten = 0, released = 0;
+    RunCounts n;
     for (size_t s = 0; s < steps_.size(); ++s) {
       if (profile_) {
         const auto start = std::chrono::steady_clock::now();
-        run_step(s, g, values, fused, aten);
+        run_step(s, g, values, n);
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::steady_clock::now() - start).count();
         const std::string label = "profile." + step_label(s, g);
         metrics::bump(label + "_ns", ns);
         metrics::bump(label + ".calls");
       } else {
-        run_step(s, g, values, fused, aten);
+        run_step(s, g, values, n);
       }
       // Values no later step reads are dropped now, so the allocator reuses
       // their memory for the next ones instead of holding every
       // intermediate of the step until the end.
       for (const ir::GraphRef& r : release_[s]) {
         at::Tensor& t = values[r.node][r.index];
-        released += t.defined();
+        n.released += t.defined();
         t = at::Tensor();
       }
     }
-    metrics::bump("kernels_launched", fused + aten);
-    metrics::bump("launches.fused", fused);
-    metrics::bump("launches.aten", aten);
-    metrics::bump("buffers.released_early", released);
+    metrics::bump("kernels_launched", n.fused + n.aten);
+    metrics::bump("launches.fused", n.fused);
+    metrics::bump("launches.aten", n.aten);
+    // How many threads shared the launches: pinned by a test, since a build
+    // without OpenMP runs every kernel serially and is otherwise only slow.
+    metrics::bump("launches.parallel_parts", n.parallel_parts);
+    metrics::bump("buffers.released_early", n.released);
     std::vector<at::Tensor> out;
     for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
     return out;
@@ -169,13 +172,18 @@ class CompiledExecutable final : public Executable {
     return how + ir::op_name(g.nodes[i].node->op);
   }
 
+  // What one run did, counted locally and filed in the metrics once.
+  struct RunCounts {
+    int64_t fused = 0, aten = 0, parallel_parts = 0, released = 0;
+  };
+
   void run_step(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
-                int64_t& fused, int64_t& aten) {
+                RunCounts& n) {
     const Step& step = steps_[s];
     if (step.kernel >= 0) {
       const Kernel& k = kernels_[step.kernel];
-      launch_fused_kernel(k.spec, k.fn, g, values);
-      ++fused;
+      n.parallel_parts += launch_fused_kernel(k.spec, k.fn, g, values);
+      ++n.fused;
       return;
     }
     const uint32_t i = step.op;
@@ -202,7 +210,7 @@ class CompiledExecutable final : public Executable {
                        in_place.empty() ? nullptr : &in_place);
     // NHWC from a convolution, read as NCHW next.
     if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
-    ++aten;
+    ++n.aten;
   }
 
   // The kernel of group `gi`, or nullopt where its ops run one by one: a

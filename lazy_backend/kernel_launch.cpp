@@ -13,8 +13,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "lazy_backend/metrics.h"
-
 namespace disc {
 
 namespace {
@@ -32,7 +30,7 @@ MemRef1D<char> buffer(T* data, int64_t n) {
 
 }  // namespace
 
-void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
+int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
                          const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
   const uint32_t R = spec.rank;
   // The iteration space in this graph, padded with leading 1s to the rank.
@@ -87,6 +85,7 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     args.push_back(&chunk);
     fn(args.data());
   };
+  std::atomic<int64_t> parts{0};  // the pieces parallel_for made: one per thread that ran
   if (by_column) {
     // The chunks are fixed (so are the sums); how many threads run them is
     // not: a small kernel runs all of them on the calling thread.
@@ -94,20 +93,17 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     const int64_t chunk_grain = std::clamp<int64_t>(32768 / per_chunk, 1, std::max<int64_t>(chunks, 1));
     at::parallel_for(0, chunks, chunk_grain, [&](int64_t first, int64_t last) {
       for (int64_t c = first; c < last; ++c) call(c * sizes[0] / chunks, (c + 1) * sizes[0] / chunks, c);
+      ++parts;
     });
   } else if (spec.kind != lowering::FusionKind::kLoop ? rows > 0 : numel > 0) {
     // A row kernel still runs over rows of length 0 (their sum is 0, their
     // mean NaN); nothing runs when there are no rows, or no elements.
     const int64_t inner = std::max(numel, rows) / sizes[0];
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
-    std::atomic<int64_t> parts{0};
     at::parallel_for(0, sizes[0], grain, [&](int64_t begin, int64_t end) {
       call(begin, end, 0);
       ++parts;
     });
-    // How many threads shared the launch: pinned by a test, since a build
-    // without OpenMP runs every kernel serially and is otherwise only slow.
-    metrics::bump("launches.parallel_parts", parts.load());
   }
   // Outputs of one op (layer norm: y, mean, rstd) go back in index order.
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
@@ -124,6 +120,7 @@ void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn
     if (v.size() <= o.index) v.resize(o.index + 1);
     v[o.index] = out;
   }
+  return parts.load();
 }
 
 }  // namespace disc

@@ -12,8 +12,9 @@
 namespace disc {
 
 // Reads the kernel's inputs from `values` (by graph node, then output) and
-// stores its outputs there.
-void launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
+// stores its outputs there. Returns how many parts at::parallel_for split the
+// launch into: the threads that shared it.
+int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
                          const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values);
 
 }  // namespace disc
