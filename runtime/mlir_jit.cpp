@@ -38,6 +38,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/MLIRContext.h"
@@ -45,6 +46,7 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/X86Vector/X86VectorToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
@@ -73,10 +75,11 @@ void init_llvm_once() {
 
 // The lowering to the LLVM dialect, in order: structured control flow
 // first, then each dialect; math functions without an LLVM intrinsic
-// (tanh...) become libm calls.
+// (tanh...) become libm calls; x86vector ops (exp's vscalefps on AVX-512)
+// become their LLVM intrinsics with the vector dialect.
 void add_lowering(mlir::PassManager& pm) {
   pm.addPass(mlir::createConvertSCFToCFPass());
-  pm.addPass(mlir::createConvertVectorToLLVMPass());
+  pm.addPass(mlir::createConvertVectorToLLVMPass(mlir::LowerVectorToLLVMOptions().enableX86Vector()));
   pm.addPass(mlir::createConvertMathToLLVMPass());
   pm.addPass(mlir::createConvertMathToLibmPass());
   pm.addPass(mlir::arith::createConvertArithmeticToLLVMPass());
@@ -181,8 +184,10 @@ std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std:
   ctx.getOrLoadDialect<mlir::math::MathDialect>();
   ctx.getOrLoadDialect<mlir::vector::VectorDialect>();
   ctx.getOrLoadDialect<mlir::cf::ControlFlowDialect>();
+  ctx.getOrLoadDialect<mlir::x86vector::X86VectorDialect>();
   ctx.getOrLoadDialect<mlir::LLVM::LLVMDialect>();
   mlir::registerLLVMDialectTranslation(ctx);
+  mlir::registerX86VectorDialectTranslation(ctx);
 
   std::string diagnostics;
   llvm::raw_string_ostream diag_os(diagnostics);

@@ -120,7 +120,7 @@ void KernelEmitter::emit() {
   }
   line("return");
   std::string text = sig.str() + body_.str() + "}\n";
-  if (text.find("@disc_expf16(") != std::string::npos) text += expf_function(kVectorWidth);
+  if (text.find("@disc_expf16(") != std::string::npos) text += expf_function(kVectorWidth, host_pow2());
   if (text.find("@disc_expf(") != std::string::npos) text += expf_function(0);
   kernel_.mlir = text;
 }

@@ -10,9 +10,17 @@
 
 namespace disc::lowering {
 
+// How exp applies its 2^k: from exponent bits (any target), or by AVX-512's
+// vscalefps (the x86vector dialect; vector<16xf32> only).
+enum class Pow2 : uint8_t { kExponentBits, kScalef };
+
 // `func.func private @disc_expf(f32) -> f32` (width 0) or
 // `@disc_expf16(vector<16xf32>) -> vector<16xf32>` (width 16), to append to
 // a kernel module that calls it.
-const std::string& expf_function(uint32_t width = 0);
+const std::string& expf_function(uint32_t width = 0, Pow2 pow2 = Pow2::kExponentBits);
+
+// What generated kernels use for width 16: kScalef where the CPU has
+// AVX-512F, unless DISC_EXP_SCALEF=0 (for comparisons).
+Pow2 host_pow2();
 
 }  // namespace disc::lowering

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "lowering/codegen/math_functions.h"
 #include "runtime/mlir_jit.h"
@@ -80,21 +81,31 @@ TEST(MlirJit, ParseErrorsCarryTheDiagnostic) {
 }
 
 // Runs `call` (one f32 -> f32 MLIR expression of %x, with disc_expf in
-// scope) over every element of `a`, JIT-compiled as a scalar loop.
-static std::vector<float> run_elementwise(const std::string& call, const std::vector<float>& a) {
+// scope) over every element of `a`, JIT-compiled as a scalar loop. With
+// `pow2`, `call` maps vector<16xf32> instead, with that disc_expf16 in scope,
+// and the loop loads 16 elements at a time (`a` padded with zeros).
+static std::vector<float> run_elementwise(const std::string& call, const std::vector<float>& a,
+                                          std::optional<disc::lowering::Pow2> pow2 = std::nullopt) {
+  const std::string type = pow2 ? "vector<16xf32>" : "f32";
+  const std::string load = pow2 ? "vector.load %a[%i] : memref<?xf32>, vector<16xf32>"
+                                : "memref.load %a[%i] : memref<?xf32>";
+  const std::string store = pow2 ? "vector.store %y, %b[%i] : memref<?xf32>, vector<16xf32>"
+                                 : "memref.store %y, %b[%i] : memref<?xf32>";
   const std::string text = R"mlir(
 func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
   %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
+  %c1 = arith.constant )mlir" + std::string(pow2 ? "16" : "1") + R"mlir( : index
   scf.for %i = %c0 to %n step %c1 {
-    %x = memref.load %a[%i] : memref<?xf32>
+    %x = )mlir" + load + R"mlir(
     %y = )mlir" + call + R"mlir(
-    memref.store %y, %b[%i] : memref<?xf32>
+    )mlir" + store + R"mlir(
   }
   return
 }
-)mlir" + disc::lowering::expf_function();
-  std::vector<float> in = a, b(a.size());
+)mlir" + (pow2 ? disc::lowering::expf_function(16, *pow2) : disc::lowering::expf_function());
+  std::vector<float> in = a;
+  if (pow2) in.resize((a.size() + 15) / 16 * 16, 0.f);
+  std::vector<float> b(in.size());
   auto jit = JitModule::compile(text);
   MemRef1D<float> ma{in.data(), in.data(), 0, static_cast<int64_t>(in.size()), 1};
   MemRef1D<float> mb{b.data(), b.data(), 0, static_cast<int64_t>(b.size()), 1};
@@ -104,43 +115,53 @@ func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) {
   mb.pack(args);
   args.push_back(&n);
   jit->invoke_packed("k", args);
+  b.resize(a.size());
   return b;
 }
 
-// The math functions are polynomials, not libm calls (so that they
-// vectorize): exp is codegen's own (math_functions.cpp), log and tanh MLIR's. Their error over the float range training meets, in ulp of
-// the libm result: the bound the op-parity tolerances rely on.
+// log and tanh are MLIR's polynomials, not libm calls (so that they
+// vectorize); their error over the float range training meets, in ulp of
+// the libm result: the bound the op-parity tolerances rely on. (exp is
+// codegen's own: ExpVariants below.)
 TEST(MlirJit, MathApproximationsStayWithinAFewUlp) {
-  for (const char* fn : {"exp", "log", "tanh"}) {
+  for (const std::string fn : {"log", "tanh"}) {
     std::vector<float> a;
-    for (int k = -20000; k <= 20000; ++k) {
-      float x = std::string(fn) == "log" ? std::exp(k * 0.004f) : k * (std::string(fn) == "exp" ? 0.0043f : 0.0005f);
-      a.push_back(x);
-    }
-    const std::vector<float> b = run_elementwise(
-        std::string(fn) == "exp" ? "func.call @disc_expf(%x) : (f32) -> f32"
-                                 : std::string("math.") + fn + " %x : f32", a);
+    for (int k = -20000; k <= 20000; ++k) a.push_back(fn == "log" ? std::exp(k * 0.004f) : k * 0.0005f);
+    const std::vector<float> b = run_elementwise("math." + fn + " %x : f32", a);
     double worst = 0;
     for (size_t k = 0; k < a.size(); ++k) {
-      float want = std::string(fn) == "exp" ? std::exp(a[k]) : std::string(fn) == "log" ? std::log(a[k]) : std::tanh(a[k]);
-      float ulp = std::nextafter(std::fabs(want), INFINITY) - std::fabs(want);
-      double e = std::fabs(static_cast<double>(b[k]) - want) / ulp;
-      worst = std::max(worst, e);
+      const float want = fn == "log" ? std::log(a[k]) : std::tanh(a[k]);
+      const float ulp = std::nextafter(std::fabs(want), INFINITY) - std::fabs(want);
+      worst = std::max(worst, std::fabs(static_cast<double>(b[k]) - want) / ulp);
     }
-    std::printf("math.%s: worst %.1f ulp\n", fn, worst);
+    std::printf("math.%s: worst %.1f ulp\n", fn.c_str(), worst);
     EXPECT_LE(worst, 4.0) << fn;
   }
 }
 
+// Each way of applying 2^k, in the vector exp that kernels call (vscalefps
+// only where the CPU has AVX-512F) and in the scalar one.
+class ExpVariants : public ::testing::TestWithParam<int> {
+ protected:
+  std::vector<float> exp_of(const std::vector<float>& a) {
+    using disc::lowering::Pow2;
+    if (GetParam() == 0) return run_elementwise("func.call @disc_expf(%x) : (f32) -> f32", a);
+    const Pow2 pow2 = GetParam() == 1 ? Pow2::kExponentBits : Pow2::kScalef;
+    if (pow2 == Pow2::kScalef && !__builtin_cpu_supports("avx512f")) return {};
+    return run_elementwise("func.call @disc_expf16(%x) : (vector<16xf32>) -> vector<16xf32>", a, pow2);
+  }
+};
+
 // The ends of exp's range, where the clamp bounds (not selects) make the
 // result: overflow to +inf, underflow to 0 through the subnormals, NaN.
-TEST(MlirJit, ExpEndsOfTheRangeMatchLibm) {
+TEST_P(ExpVariants, EndsOfTheRangeMatchLibm) {
   std::vector<float> a = {-INFINITY, INFINITY, NAN, -1e30f, 1e30f, -200.f, 200.f, -104.5f, -104.f,
                           -103.98f, -103.972f, -103.9f, 88.7f, 88.72f, 88.7228f, 88.7229f,
                           88.75f, 88.8f, 88.81f, 89.f};
   for (float x = -104.5f; x < -85.f; x += 0.0007f) a.push_back(x);
   for (float x = 85.f; x < 89.f; x += 0.0003f) a.push_back(x);
-  const std::vector<float> b = run_elementwise("func.call @disc_expf(%x) : (f32) -> f32", a);
+  const std::vector<float> b = exp_of(a);
+  if (b.empty()) GTEST_SKIP() << "no AVX-512F on this CPU";
   for (size_t k = 0; k < a.size(); ++k) {
     const float want = std::exp(a[k]);
     if (std::isnan(want)) {
@@ -153,3 +174,22 @@ TEST(MlirJit, ExpEndsOfTheRangeMatchLibm) {
     }
   }
 }
+
+TEST_P(ExpVariants, WithinTwoUlpOverTheTrainingRange) {
+  std::vector<float> a;
+  for (int k = -20000; k <= 20000; ++k) a.push_back(k * 0.0043f);
+  const std::vector<float> b = exp_of(a);
+  if (b.empty()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  double worst = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const float want = std::exp(a[k]);
+    const float ulp = std::nextafter(want, INFINITY) - want;
+    worst = std::max(worst, std::fabs(static_cast<double>(b[k]) - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(MlirJit, ExpVariants, ::testing::Values(0, 1, 2),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::string(p.param == 0 ? "Scalar" : p.param == 1 ? "ExponentBits" : "Scalef");
+                         });
