@@ -116,6 +116,11 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   switch (runtime::onednn_gemm(g)) {
     case runtime::PrimitiveUse::kCreated: metrics::bump("onednn.primitives_created"); break;
     case runtime::PrimitiveUse::kReused: metrics::bump("onednn.primitive_reuses"); break;
+    case runtime::PrimitiveUse::kSizedCreated:
+      metrics::bump("onednn.sized_primitives_created");
+      metrics::bump("onednn.sized_gemms");
+      break;
+    case runtime::PrimitiveUse::kSized: metrics::bump("onednn.sized_gemms"); break;
     case runtime::PrimitiveUse::kNone: break;
   }
   return out;

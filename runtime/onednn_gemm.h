@@ -1,10 +1,13 @@
 // float32 GEMM through oneDNN's matmul primitive, torch-free:
 //   C[b][m,n] = relu?(A[b][m,k] @ B[b][k,n] + bias[n])
 // Operands are raw pointers with explicit strides, so transposed views
-// (x.t(), nn.Linear's weight) run without a copy. One primitive serves every
-// size: m, n, k and the batch are runtime values, so primitives are cached
-// only by what changes the generated code (rank, which operand is
-// transposed, bias, post-op) and a new batch size creates nothing.
+// (x.t(), nn.Linear's weight) run without a copy. One generic primitive serves
+// every size: m, n, k and the batch are runtime values, so it is cached only
+// by what changes the generated code (rank, which operand is transposed,
+// bias, post-op) and a new batch size compiles nothing. Sizes that come back
+// (a second call with the same ones, on the same thread) get a primitive
+// specialized to them, which is faster (see onednn_gemm.cpp);
+// DISC_GEMM_SIZED=0 turns that off.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,8 +33,10 @@ struct Gemm {
 };
 
 enum class PrimitiveUse : uint8_t {
-  kCreated,  // a new primitive was made (and cached)
-  kReused,   // the cached one ran
+  kCreated,       // a new generic primitive was made (and cached)
+  kReused,        // the cached generic one ran
+  kSizedCreated,  // a primitive for exactly these sizes was made (their second call) and ran
+  kSized,         // the one for these sizes ran
   kNone,     // no primitive ran: the output is empty, or k == 0 (C = bias)
 };
 

@@ -67,6 +67,14 @@ PrimitiveUse check(const Case& c) {
   return use;
 }
 
+// Each case twice: the generic primitive, then (the sizes' second call)
+// the one specialized to them.
+void check_twice(const Case& c) {
+  check(c);
+  const PrimitiveUse second = check(c);
+  EXPECT_TRUE(second == PrimitiveUse::kSizedCreated || second == PrimitiveUse::kSized);
+}
+
 }  // namespace
 
 TEST(OnednnGemm, MatchesNaiveLoopForEveryTransposeBiasAndRelu) {
@@ -75,15 +83,15 @@ TEST(OnednnGemm, MatchesNaiveLoopForEveryTransposeBiasAndRelu) {
       for (bool bias : {false, true})
         for (bool relu : {false, true})
           for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 10, 784}})
-            check({1, m, n, k, false, ta, tb, bias, relu});
+            check_twice({1, m, n, k, false, ta, tb, bias, relu});
 }
 
 TEST(OnednnGemm, BatchedMatchesNaiveLoop) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (int64_t batch : {1, 3})
-        check({batch, 5, 7, 9, true, ta, tb, false, false});
-  check({4, 6, 3, 11, true, false, true, false, true});  // relu batched too
+        check_twice({batch, 5, 7, 9, true, ta, tb, false, false});
+  check_twice({4, 6, 3, 11, true, false, true, false, true});  // relu batched too
 }
 
 TEST(OnednnGemm, EmptySizesRunNoPrimitive) {
@@ -96,7 +104,7 @@ TEST(OnednnGemm, EmptySizesRunNoPrimitive) {
 }
 
 TEST(OnednnGemm, OnePrimitiveServesEverySizeAndLayout) {
-  clear_gemm_primitives();
+  clear_gemm_primitives();  // (each size below is new: no specialized primitive)
   EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, true}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({1, 37, 8, 16, false, false, false, true, true}), PrimitiveUse::kReused);
   EXPECT_EQ(check({1, 1, 9, 3, false, false, false, true, true}), PrimitiveUse::kReused);
@@ -105,6 +113,20 @@ TEST(OnednnGemm, OnePrimitiveServesEverySizeAndLayout) {
   EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({3, 5, 8, 16, true, false, false, false, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({7, 2, 8, 16, true, false, false, false, false}), PrimitiveUse::kReused);
+}
+
+TEST(OnednnGemm, SizesCalledTwiceGetTheirOwnPrimitive) {
+  clear_gemm_primitives();
+  const Case fc{1, 64, 10, 128, false, false, true, true, true};  // nn.Linear(128, 10) + relu
+  EXPECT_EQ(check(fc), PrimitiveUse::kCreated);
+  EXPECT_EQ(check(fc), PrimitiveUse::kSizedCreated);
+  EXPECT_EQ(check(fc), PrimitiveUse::kSized);
+  // Another batch size: the generic primitive first, whatever ran before.
+  EXPECT_EQ(check({1, 65, 10, 128, false, false, true, true, true}), PrimitiveUse::kReused);
+  EXPECT_EQ(check({1, 65, 10, 128, false, false, true, true, true}), PrimitiveUse::kSizedCreated);
+  EXPECT_EQ(check(fc), PrimitiveUse::kSized);
+  clear_gemm_primitives();
+  EXPECT_EQ(check(fc), PrimitiveUse::kCreated);
 }
 
 TEST(OnednnGemm, StridedViewsWithoutAUnitStrideAreRejected) {

@@ -27,10 +27,24 @@ def test_mlp_step_matches_the_reference_executor_with_pinned_counters(executor):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_repeated_step_runs_every_gemm_specialized_to_its_sizes(executor):
+    executor("compiled")
+    step = mnist_step("mlp", 48)
+    counted(step)
+    _, second = counted(step)
+    _, third = counted(step)
+    # Second call of each size: a primitive for exactly those sizes is made.
+    assert second["onednn.sized_gemms"] == 8
+    assert second.get("onednn.primitives_created", 0) == 0
+    assert third["onednn.sized_gemms"] == 8
+    assert third.get("onednn.sized_primitives_created", 0) == 0
+    assert third.get("onednn.primitive_reuses", 0) == 0
+
+
 def test_new_batch_size_reuses_every_primitive(executor):
     executor("compiled")
     counted(mnist_step("mlp", 64))
-    _, c = counted(mnist_step("mlp", 37))  # m is a runtime dim: no new primitive
+    _, c = counted(mnist_step("mlp", 37))  # m is a runtime dim: no new generic primitive
     assert library(c) == (8, 0, 2)
     assert c.get("onednn.primitives_created", 0) == 0
     assert c["onednn.primitive_reuses"] == 8
