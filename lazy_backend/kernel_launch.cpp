@@ -1,10 +1,12 @@
 // How a launch splits its work:
 //  * most kernels: dim 0 in ATen parallel_for chunks (at least ~32K elements
 //    each, so small kernels run on the calling thread);
-//  * kernels with per-column sums: a fixed number of chunks (never more than
-//    kColumnChunks), each writing its partial sums to its own row of a
-//    [chunks, n] buffer, added up after. The chunking does not depend on the
-//    thread count, so the sums are the same on any machine.
+//  * kernels with per-column sums: a number of chunks fixed by the size (one
+//    per ~32K elements, at most kColumnChunks), each writing its partial sums
+//    to its own row of a [chunks, n] buffer, added up after. The chunking does
+//    not depend on the thread count, so the sums are the same on any
+//    machine; a small kernel (a bias gradient) is one chunk whose partials
+//    are the result, with nothing to add up.
 #include "lazy_backend/kernel_launch.h"
 
 #include <ATen/ATen.h>
@@ -21,6 +23,7 @@ using lowering::KernelOutput;
 using runtime::MemRef1D;
 
 constexpr int64_t kColumnChunks = 16;
+constexpr int64_t kColumnChunkElements = 32768;
 
 template <typename T>
 MemRef1D<char> buffer(T* data, int64_t n) {
@@ -61,9 +64,10 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
   const int64_t n = sizes.back();
   // A reduction over the middle dims has one chunk per index of dim 0: its
   // partials are the result.
-  const int64_t chunks = !by_column      ? 1
-                         : spec.per_outer ? sizes[0]
-                                          : std::min(sizes[0], kColumnChunks);
+  const int64_t chunks =
+      !by_column      ? 1
+      : spec.per_outer ? sizes[0]
+                       : std::min({sizes[0], kColumnChunks, std::max<int64_t>(numel / kColumnChunkElements, 1)});
   std::vector<at::Tensor> outputs;  // per-column outputs: the partial sums first
   for (const KernelOutput& o : spec.outputs) {
     outputs.push_back(o.extent == KernelOutput::Extent::kPerColumn
@@ -111,7 +115,7 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
     at::Tensor out = outputs[j];
     if (o.extent == KernelOutput::Extent::kPerColumn) {
       using Combine = KernelOutput::Combine;
-      if (!spec.per_outer) out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
+      if (!spec.per_outer && chunks != 1) out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
       if (o.combine == Combine::kMean)
         out.div_(static_cast<double>(spec.per_outer ? rows / std::max<int64_t>(sizes[0], 1) : rows));
       out = out.view(g.nodes[o.op].node->outputs[o.index].sizes);

@@ -103,7 +103,7 @@ def test_layer_norm_backward_honours_the_output_mask():
 
 def test_bias_grad_is_a_column_sum_kernel(counters):
     # nn.Linear's bias grad sums the output grad over the batch: one kernel
-    # with per-column partial sums, added up by the launcher.
+    # with per-column sums (one chunk of rows at this size: nothing to add up).
     torch.manual_seed(0)
     g = torch.randn(37, 3, 70)
     got = (g.to("disc") * 2).sum((0, 1)).cpu()
@@ -131,12 +131,13 @@ MIDDLE_REDUCTIONS = {
 }
 
 # (kind, name): over all leading dims (one kernel with per-column partials in
-# fixed chunks of rows, folded by the launcher), or over every dim but the
+# chunks of rows fixed by the size, folded by the launcher; one chunk below
+# 64K elements, 4 for 260x9x70), or over every dim but the
 # first and last ([B, S, H] -> [B, H]: the same kernel, one chunk per index
 # of dim 0).
 COLUMN_CASES = [(kind, name) for kind, table in (("leading", COLUMN_REDUCTIONS),
                                                  ("middle", MIDDLE_REDUCTIONS)) for name in table]
-COLUMN_SHAPES = [(37, 3, 70), (1, 1, 5), (40, 9, 17), (0, 3, 4), (2, 8, 1)]
+COLUMN_SHAPES = [(37, 3, 70), (1, 1, 5), (40, 9, 17), (0, 3, 4), (2, 8, 1), (260, 9, 70)]
 
 
 @pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -148,7 +149,10 @@ def test_column_reductions_are_one_kernel(kind, name, shape, counters):
     x = torch.randn(*shape)
     fn = (COLUMN_REDUCTIONS if kind == "leading" else MIDDLE_REDUCTIONS)[name]
     got = fn(x.to("disc")).cpu()
-    torch.testing.assert_close(got, fn(x), **TOL)
+    # 2,340 rows summed in another order than eager's: float32 rounding of
+    # sums ~100 in size, against a float64 reference.
+    tol = dict(rtol=1e-4, atol=1e-4) if x.numel() > 65536 else TOL
+    torch.testing.assert_close(got, fn(x.double()).float(), **tol)
     assert counters().get("codegen.declined", 0) == 0
     assert counters()["launches.aten"] == (1 if name == "sum_4d" else 0)  # expand is a view op
     assert counters()["launches.fused"] == 1
