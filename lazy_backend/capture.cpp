@@ -4,6 +4,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <optional>
+#include <unordered_map>
 
 #include "lazy_backend/attr_ivalue.h"
 #include "lazy_backend/lazy_storage.h"
@@ -70,9 +71,8 @@ ir::Value value_of(const at::Tensor& t) {
   return make_data(keep_wrapped(t, t.clone()));  // a CPU scalar: the trace owns it now
 }
 
-// Why the op cannot be recorded, or nullopt when it can.
-std::optional<std::string> unrecordable(const c10::FunctionSchema& schema,
-                                        c10::ArrayRef<c10::IValue> args) {
+// Why the schema alone makes an op unrecordable, or nullopt.
+std::optional<std::string> unrecordable_schema(const c10::FunctionSchema& schema) {
   if (is_denied(schema.operator_name().name)) return "data-dependent or host op";
   for (const auto& r : schema.returns()) {
     const auto* alias = r.alias_info();
@@ -84,6 +84,51 @@ std::optional<std::string> unrecordable(const c10::FunctionSchema& schema,
                           c10::TypeKind::TensorType);
     if (!tensorish) return "returns a non-tensor value";
   }
+  return std::nullopt;
+}
+
+// What capture needs from an op's schema alone, worked out on its first
+// call instead of on every one (the name was a string built, hashed and
+// interned per op). Per thread, so no lock; keyed by the schema's address,
+// which the dispatcher keeps for the operator's lifetime, and checked
+// against the name in case an operator was replaced at the same address.
+struct OpInfo {
+  const c10::FunctionSchema* schema = nullptr;
+  std::string name;  // "aten::add.Tensor"
+  uint32_t id = 0;   // ir::intern_op(name)
+  std::optional<std::string> unrecordable;
+  bool random = false, arange = false;
+};
+
+// Whether `full` is "<name>" or "<name>.<overload>" of `schema`, without
+// building the string.
+bool is_name_of(const std::string& full, const c10::FunctionSchema& schema) {
+  const std::string& base = schema.name();
+  const std::string& overload = schema.overload_name();
+  if (full.compare(0, base.size(), base) != 0) return false;
+  if (overload.empty()) return full.size() == base.size();
+  return full.size() == base.size() + 1 + overload.size() && full[base.size()] == '.' &&
+         full.compare(base.size() + 1, overload.size(), overload) == 0;
+}
+
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> infos;
+  const c10::FunctionSchema& schema = op.schema();
+  OpInfo& info = infos[&schema];
+  if (info.schema == &schema && is_name_of(info.name, schema)) return info;
+  info.schema = &schema;
+  info.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  info.id = ir::intern_op(info.name);
+  info.unrecordable = unrecordable_schema(schema);
+  info.random = op.hasTag(at::Tag::nondeterministic_seeded);
+  info.arange = info.name.rfind("aten::arange", 0) == 0;
+  return info;
+}
+
+// Why the op cannot be recorded with these arguments, or nullopt when it can.
+std::optional<std::string> unrecordable(const OpInfo& info, const c10::FunctionSchema& schema,
+                                        c10::ArrayRef<c10::IValue> args) {
+  if (info.unrecordable) return info.unrecordable;
   const auto& formals = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];
@@ -105,12 +150,11 @@ struct Recorded {
 
 // Records the node; meta_args holds the op's arguments after the meta run
 // (mutated meta tensors carry their new sizes).
-Recorded record(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
-                const std::vector<at::Tensor>& fresh_meta,
-                const std::vector<at::Tensor>& mutated_meta, const std::string& name,
-                bool random) {
-  NodeBuilder b(name);
-  const bool arange = name.rfind("aten::arange", 0) == 0;
+Recorded record(const OpInfo& info, const c10::FunctionSchema& schema,
+                c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& fresh_meta,
+                const std::vector<at::Tensor>& mutated_meta) {
+  NodeBuilder b(info.id);
+  const bool arange = info.arange;
   Recorded rec;
   std::vector<uint32_t> mutated_inputs;
   const auto& formals = schema.arguments();
@@ -162,7 +206,7 @@ Recorded record(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> ar
   for (const at::Tensor& m : fresh_meta) b.output(type_of(m));
   for (size_t j = 0; j < mutated_inputs.size(); ++j)
     b.mutates(mutated_inputs[j], type_of(mutated_meta[j]));
-  if (random) {
+  if (info.random) {
     auto [seed, offset] = next_random_draw();
     b.rng(seed, offset);
   }
@@ -231,11 +275,11 @@ std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std:
 void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
                          torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  const std::string name =
-      schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  const OpInfo& info = op_info(op);
+  const std::string& name = info.name;
   const size_t nargs = schema.arguments().size();
   c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, nargs);
-  if (auto why = unrecordable(schema, args)) return cpu_fallback(op, stack, *why);
+  if (auto why = unrecordable(info, schema, args)) return cpu_fallback(op, stack, *why);
 
   metrics::ScopedTimer timer(metrics::counters().trace_ns);
   for (const c10::IValue& v : args) {
@@ -270,8 +314,7 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     if (t.defined()) to_ir(t.scalar_type());  // names unsupported dtypes
 
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  Recorded rec = record(schema, args, fresh, mutated_meta, name,
-                        op.hasTag(at::Tag::nondeterministic_seeded));
+  Recorded rec = record(info, schema, args, fresh, mutated_meta);
   metrics::counters().ops_traced++;
 
   std::vector<at::Tensor> results;

@@ -146,13 +146,15 @@ class CompiledExecutable final : public Executable {
         t = at::Tensor();
       }
     }
-    metrics::bump("kernels_launched", n.fused + n.aten);
-    metrics::bump("launches.fused", n.fused);
-    metrics::bump("launches.aten", n.aten);
+    static metrics::Named launched("kernels_launched"), fused("launches.fused"), aten("launches.aten"),
+        parts("launches.parallel_parts"), released("buffers.released_early");
+    launched += n.fused + n.aten;
+    fused += n.fused;
+    aten += n.aten;
     // How many threads shared the launches: pinned by a test, since a build
     // without OpenMP runs every kernel serially and is otherwise only slow.
-    metrics::bump("launches.parallel_parts", n.parallel_parts);
-    metrics::bump("buffers.released_early", n.released);
+    parts += n.parallel_parts;
+    released += n.released;
     std::vector<at::Tensor> out;
     for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
     return out;
@@ -327,7 +329,8 @@ class CompiledExecutable final : public Executable {
       ok[j] = !kept && t.defined() && t.has_storage() && t.storage().use_count() == 1 &&
               static_cast<size_t>(t.use_count()) == expected &&
               !t.unsafeGetTensorImpl()->is_wrapped_number();
-      metrics::bump(ok[j] ? "inplace.writes" : "inplace.copies");
+      static metrics::Named writes("inplace.writes"), copies("inplace.copies");
+      ++(ok[j] ? writes : copies);
     }
     return ok;
   }

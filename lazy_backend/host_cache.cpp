@@ -53,7 +53,8 @@ class HostCache final : public c10::Allocator {
     if (!t_active || n < kMinCached || idle_cap_bytes() == 0) return next_->allocate(n);
     const size_t size = size_class(n);
     void* p = take(size);
-    metrics::bump(p ? "host_cache.hits" : "host_cache.misses");
+    static metrics::Named hits("host_cache.hits"), misses("host_cache.misses");
+    ++(p ? hits : misses);
     if (!p) p = fresh(size);
     // Out of memory even without the idle blocks: the previous allocator
     // raises its own error (ATen's "can't allocate memory: you tried to

@@ -99,9 +99,11 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   // oneDNN's parallel regions are sized by this thread's OpenMP setting:
   // make it torch's (a thread that never ran a torch kernel has the default).
   at::internal::lazy_init_num_threads();
-  metrics::bump("library.onednn");
-  metrics::bump("library.gemm_calls");
-  if (relu) metrics::bump("library.epilogues");
+  static metrics::Named onednn_calls("library.onednn"), gemm_calls("library.gemm_calls"),
+      epilogues("library.epilogues");
+  ++onednn_calls;
+  ++gemm_calls;
+  if (relu) ++epilogues;
   if (weights && !batched && g.m > 0 && g.n > 0 && g.k > 0) {
     std::shared_ptr<const runtime::PackedB> packed = packed_weights(*weights, g, [&] {
       at::Tensor dense = make_b ? make_b() : b;
@@ -113,14 +115,16 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
     return out;
   }
   g.b = operand(b, batched);
+  static metrics::Named created("onednn.primitives_created"), reused("onednn.primitive_reuses"),
+      sized_created("onednn.sized_primitives_created"), sized("onednn.sized_gemms");
   switch (runtime::onednn_gemm(g)) {
-    case runtime::PrimitiveUse::kCreated: metrics::bump("onednn.primitives_created"); break;
-    case runtime::PrimitiveUse::kReused: metrics::bump("onednn.primitive_reuses"); break;
+    case runtime::PrimitiveUse::kCreated: ++created; break;
+    case runtime::PrimitiveUse::kReused: ++reused; break;
     case runtime::PrimitiveUse::kSizedCreated:
-      metrics::bump("onednn.sized_primitives_created");
-      metrics::bump("onednn.sized_gemms");
+      ++sized_created;
+      ++sized;
       break;
-    case runtime::PrimitiveUse::kSized: metrics::bump("onednn.sized_gemms"); break;
+    case runtime::PrimitiveUse::kSized: ++sized; break;
     case runtime::PrimitiveUse::kNone: break;
   }
   return out;
@@ -224,8 +228,9 @@ std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node
                                          const c10::OperatorHandle& aten, const ir::Graph* g) {
   // The GEMM wrote relu's result already; its own value has no other reader.
   if (call.kind == LibraryCall::Kind::kEpilogue) return {ins[0]};
-  metrics::bump("kernels_launched");
-  metrics::bump("launches.library");
+  static metrics::Named launched("kernels_launched"), library("launches.library");
+  ++launched;
+  ++library;
   if (call.kind == LibraryCall::Kind::kConv)
     return run_conv_call(n, std::move(ins), aten, call.relu, call.nhwc_out);
   const Gemm kind = gemm_kind(n.op);

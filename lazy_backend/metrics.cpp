@@ -1,19 +1,38 @@
 #include "lazy_backend/metrics.h"
 
+#include <atomic>
 #include <mutex>
 
 namespace disc::metrics {
+
+// A named counter's storage. Map nodes never move, so Named handles keep a
+// pointer to theirs; reset() zeroes a slot and marks it unseen instead of
+// erasing it, and snapshot() lists only slots bumped since.
+struct Slot {
+  std::atomic<int64_t> value{0};
+  std::atomic<bool> seen{false};
+};
 
 namespace {
 std::mutex& named_mutex() {
   static std::mutex mu;
   return mu;
 }
-std::map<std::string, int64_t>& named() {
-  static std::map<std::string, int64_t> m;
+std::map<std::string, Slot>& named() {
+  static std::map<std::string, Slot> m;
   return m;
 }
 }  // namespace
+
+Named::Named(const std::string& name) {
+  std::lock_guard<std::mutex> lock(named_mutex());
+  slot_ = &named()[name];
+}
+
+void Named::operator+=(int64_t by) {
+  slot_->value.fetch_add(by, std::memory_order_relaxed);
+  slot_->seen.store(true, std::memory_order_relaxed);
+}
 
 Counters& counters() {
   static Counters c;
@@ -22,7 +41,9 @@ Counters& counters() {
 
 void bump(const std::string& name, int64_t by) {
   std::lock_guard<std::mutex> lock(named_mutex());
-  named()[name] += by;
+  Slot& s = named()[name];
+  s.value.fetch_add(by, std::memory_order_relaxed);
+  s.seen.store(true, std::memory_order_relaxed);
 }
 
 std::map<std::string, int64_t> snapshot() {
@@ -30,7 +51,8 @@ std::map<std::string, int64_t> snapshot() {
   std::map<std::string, int64_t> out;
   {
     std::lock_guard<std::mutex> lock(named_mutex());
-    out = named();
+    for (const auto& [name, slot] : named())
+      if (slot.seen.load(std::memory_order_relaxed)) out[name] = slot.value.load(std::memory_order_relaxed);
   }
   out["ops_traced"] = c.ops_traced;
   out["graphs_run"] = c.graphs_run;
@@ -56,7 +78,10 @@ void reset() {
                   &c.transfers_to_cpu, &c.transfers_to_disc})
     a->store(0);
   std::lock_guard<std::mutex> lock(named_mutex());
-  named().clear();
+  for (auto& [name, slot] : named()) {
+    slot.value.store(0, std::memory_order_relaxed);
+    slot.seen.store(false, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace disc::metrics

@@ -29,6 +29,21 @@ struct Counters {
 
 Counters& counters();
 void bump(const std::string& name, int64_t by = 1);  // named counters
+
+// A named counter on a hot path (per GEMM, per buffer): the name is looked
+// up once, where the handle is made (a function-local static), and each
+// bump is then a relaxed atomic add instead of a lock and a map search.
+// Same counter as bump(name).
+struct Slot;
+class Named {
+ public:
+  explicit Named(const std::string& name);
+  void operator+=(int64_t by);
+  void operator++() { *this += 1; }
+
+ private:
+  Slot* slot_;
+};
 std::map<std::string, int64_t> snapshot();           // all of them, by name
 void reset();
 

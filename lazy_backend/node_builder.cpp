@@ -6,9 +6,9 @@ namespace disc {
 
 using ir::Attr;
 
-NodeBuilder::NodeBuilder(std::string_view op) : node_(std::make_shared<ir::Node>()) {
-  node_->op = ir::intern_op(op);
-}
+NodeBuilder::NodeBuilder(std::string_view op) : NodeBuilder(ir::intern_op(op)) {}
+
+NodeBuilder::NodeBuilder(uint32_t op_id) : node_(std::make_shared<ir::Node>()) { node_->op = op_id; }
 
 NodeBuilder& NodeBuilder::tensor(ir::Value v) {
   TORCH_INTERNAL_ASSERT(v.node, "disc: undefined value for ", ir::op_name(node_->op));

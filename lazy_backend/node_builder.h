@@ -14,6 +14,7 @@ namespace disc {
 class NodeBuilder {
  public:
   explicit NodeBuilder(std::string_view op);
+  explicit NodeBuilder(uint32_t op_id);  // ir::intern_op's id, looked up once by the caller
   NodeBuilder& tensor(ir::Value v);
   NodeBuilder& tensor_list(const std::vector<ir::Value>& vs);
   NodeBuilder& optional_tensor_list(const std::vector<std::optional<ir::Value>>& vs);

@@ -133,14 +133,16 @@ bool gemm_operand_supported(const GemmOperand& x, int64_t rows, int64_t cols, in
 
 namespace {
 
-// Sizes seen once, and primitives specialized to sizes seen twice: a
-// training or inference loop repeats its shapes, and at fixed sizes oneDNN
-// picks its brgemm kernels instead of the runtime-size JIT sgemm, which
-// re-blocks on every call (measured, 1 thread: [64 x 128] @ [128 x 10] 3.5 ->
-// 1.9 us; 2 threads: [64 x 784] @ [784 x 256] 108 -> 69 us), and the
-// memory objects stay bound (rebinding a pointer is free; making the four
-// objects and the argument map cost ~3 us a call). A shape used once never
-// pays for a primitive of its own. Per thread, because the memory objects
+// Primitives specialized to exact sizes: at fixed sizes oneDNN picks its
+// brgemm kernels instead of the runtime-size JIT sgemm, which re-blocks on
+// every call (measured, 1 thread: [64 x 128] @ [128 x 10] 3.5 -> 1.9 us;
+// 2 threads: [64 x 784] @ [784 x 256] 108 -> 69 us), and the memory objects
+// stay bound (rebinding a pointer is free; making the four objects and the
+// argument map cost ~3 us a call). Every GEMM runs one, from its sizes'
+// first call: the two kernels round differently, so choosing by history
+// (say, from the second call on) would make a result depend on what ran
+// before it, or on the thread. Making one costs ~0.3 ms, less when oneDNN's
+// own primitive cache has the shape. Per thread, because the memory objects
 // are rebound on each call.
 struct SizedKey {
   Key key;
@@ -156,16 +158,14 @@ struct Sized {
   std::unordered_map<int, memory> args;
 };
 
-// Bounds: a workload of endlessly new shapes stops specializing (and the
-// generic primitive serves it) instead of growing without limit.
-constexpr size_t kMaxSized = 512;
-constexpr size_t kMaxSeen = 4096;
+// A workload of endlessly new shapes starts over rather than grow without
+// bound.
+constexpr size_t kMaxSized = 1024;
 
 std::atomic<uint64_t> sized_generation{0};  // bumped by clear_gemm_primitives
 
 struct SizedCache {
   uint64_t generation = 0;
-  std::map<SizedKey, int> seen;
   std::map<SizedKey, std::unique_ptr<Sized>> ready;
 };
 
@@ -178,11 +178,11 @@ SizedCache& sized_cache() {
   return c;
 }
 
-bool sizing_enabled() {
-  static const bool on = [] {
+std::atomic<bool>& sizing() {
+  static std::atomic<bool> on{[] {
     const char* env = std::getenv("DISC_GEMM_SIZED");
     return !(env && std::string(env) == "0");
-  }();
+  }()};
   return on;
 }
 
@@ -209,16 +209,12 @@ std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   return s;
 }
 
-// The specialized primitive for `sk` if there is one or this is the
-// shape's second call; null otherwise (the generic primitive runs).
+// The specialized primitive for `sk`, made on its first call.
 Sized* sized_primitive(const SizedKey& sk, bool* created) {
   SizedCache& cache = sized_cache();
   auto it = cache.ready.find(sk);
   if (it != cache.ready.end()) return it->second.get();
-  if (cache.ready.size() >= kMaxSized) return nullptr;
-  if (cache.seen.size() >= kMaxSeen) cache.seen.clear();
-  if (++cache.seen[sk] < 2) return nullptr;
-  cache.seen.erase(sk);
+  if (cache.ready.size() >= kMaxSized) cache.ready.clear();
   *created = true;
   return (cache.ready[sk] = make_sized(sk)).get();
 }
@@ -242,7 +238,8 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   dnnl::engine& eng = cpu_engine();
   dnnl::stream stream(eng);
   bool created = false;
-  if (Sized* s = sizing_enabled() ? sized_primitive({key, batch, g.m, g.n, g.k}, &created) : nullptr) {
+  if (sizing().load()) {
+    Sized* s = sized_primitive({key, batch, g.m, g.n, g.k}, &created);
     s->a.set_data_handle(const_cast<float*>(g.a.data));
     s->b.set_data_handle(const_cast<float*>(g.b.data));
     s->c.set_data_handle(g.c);
@@ -355,6 +352,8 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
   stream.wait();
   return PrimitiveUse::kReused;
 }
+
+void set_sized_gemms(bool on) { sizing() = on; }
 
 void clear_gemm_primitives() {
   std::lock_guard<std::mutex> lock(cache_mutex());

@@ -4,10 +4,10 @@
 // (x.t(), nn.Linear's weight) run without a copy. One generic primitive serves
 // every size: m, n, k and the batch are runtime values, so it is cached only
 // by what changes the generated code (rank, which operand is transposed,
-// bias, post-op) and a new batch size compiles nothing. Sizes that come back
-// (a second call with the same ones, on the same thread) get a primitive
-// specialized to them, which is faster (see onednn_gemm.cpp);
-// DISC_GEMM_SIZED=0 turns that off.
+// bias, post-op) and a new batch size compiles nothing in it. By default,
+// though, each GEMM runs a primitive made for its exact sizes on their first
+// call (per thread), which is faster (see onednn_gemm.cpp);
+// DISC_GEMM_SIZED=0 or set_sized_gemms(false) runs the generic one.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,7 +35,7 @@ struct Gemm {
 enum class PrimitiveUse : uint8_t {
   kCreated,       // a new generic primitive was made (and cached)
   kReused,        // the cached generic one ran
-  kSizedCreated,  // a primitive for exactly these sizes was made (their second call) and ran
+  kSizedCreated,  // a primitive for exactly these sizes was made and ran
   kSized,         // the one for these sizes ran
   kNone,     // no primitive ran: the output is empty, or k == 0 (C = bias)
 };
@@ -64,6 +64,9 @@ std::shared_ptr<const PackedB> pack_b(const Gemm& g);
 bool packed_b_fits(const PackedB& p, const Gemm& g);
 // Runs `g` with B taken from `p` (g.b is not read). Not batched.
 PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p);
+
+// Sized primitives (the default) or the generic one, for every later GEMM.
+void set_sized_gemms(bool on);
 
 // Drops every cached primitive (tests that pin creation counts).
 void clear_gemm_primitives();

@@ -67,12 +67,13 @@ PrimitiveUse check(const Case& c) {
   return use;
 }
 
-// Each case twice: the generic primitive, then (the sizes' second call)
-// the one specialized to them.
+// Each case on both primitives: the one made for its sizes (the default),
+// and the generic one.
 void check_twice(const Case& c) {
-  check(c);
-  const PrimitiveUse second = check(c);
-  EXPECT_TRUE(second == PrimitiveUse::kSizedCreated || second == PrimitiveUse::kSized);
+  EXPECT_NE(check(c), PrimitiveUse::kReused);
+  set_sized_gemms(false);
+  EXPECT_NE(check(c), PrimitiveUse::kSized);
+  set_sized_gemms(true);
 }
 
 }  // namespace
@@ -103,8 +104,9 @@ TEST(OnednnGemm, EmptySizesRunNoPrimitive) {
   EXPECT_EQ(check({2, 4, 5, 0, true, false, false, false, false}), PrimitiveUse::kNone);
 }
 
-TEST(OnednnGemm, OnePrimitiveServesEverySizeAndLayout) {
-  clear_gemm_primitives();  // (each size below is new: no specialized primitive)
+TEST(OnednnGemm, OneGenericPrimitiveServesEverySizeAndLayout) {
+  clear_gemm_primitives();
+  set_sized_gemms(false);
   EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, true}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({1, 37, 8, 16, false, false, false, true, true}), PrimitiveUse::kReused);
   EXPECT_EQ(check({1, 1, 9, 3, false, false, false, true, true}), PrimitiveUse::kReused);
@@ -113,20 +115,18 @@ TEST(OnednnGemm, OnePrimitiveServesEverySizeAndLayout) {
   EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({3, 5, 8, 16, true, false, false, false, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({7, 2, 8, 16, true, false, false, false, false}), PrimitiveUse::kReused);
+  set_sized_gemms(true);
 }
 
-TEST(OnednnGemm, SizesCalledTwiceGetTheirOwnPrimitive) {
+TEST(OnednnGemm, EverySizeGetsItsOwnPrimitiveOnItsFirstCall) {
   clear_gemm_primitives();
   const Case fc{1, 64, 10, 128, false, false, true, true, true};  // nn.Linear(128, 10) + relu
-  EXPECT_EQ(check(fc), PrimitiveUse::kCreated);
   EXPECT_EQ(check(fc), PrimitiveUse::kSizedCreated);
   EXPECT_EQ(check(fc), PrimitiveUse::kSized);
-  // Another batch size: the generic primitive first, whatever ran before.
-  EXPECT_EQ(check({1, 65, 10, 128, false, false, true, true, true}), PrimitiveUse::kReused);
   EXPECT_EQ(check({1, 65, 10, 128, false, false, true, true, true}), PrimitiveUse::kSizedCreated);
   EXPECT_EQ(check(fc), PrimitiveUse::kSized);
   clear_gemm_primitives();
-  EXPECT_EQ(check(fc), PrimitiveUse::kCreated);
+  EXPECT_EQ(check(fc), PrimitiveUse::kSizedCreated);
 }
 
 TEST(OnednnGemm, StridedViewsWithoutAUnitStrideAreRejected) {
