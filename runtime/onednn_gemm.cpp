@@ -138,8 +138,8 @@ namespace {
 // every call (measured, 1 thread: [64 x 128] @ [128 x 10] 3.5 -> 1.9 us;
 // 2 threads: [64 x 784] @ [784 x 256] 108 -> 69 us), and the memory objects
 // stay bound (rebinding a pointer is free; making the four objects and the
-// argument map cost ~3 us a call). Every GEMM runs one, from its sizes'
-// first call: the two kernels round differently, so choosing by history
+// argument map cost ~3 us a call). Every small GEMM (below) runs one, from
+// its sizes' first call: the two kernels round differently, so choosing by history
 // (say, from the second call on) would make a result depend on what ran
 // before it, or on the thread. Making one costs ~0.3 ms, less when oneDNN's
 // own primitive cache has the shape. Per thread, because the memory objects
@@ -161,6 +161,13 @@ struct Sized {
 // A workload of endlessly new shapes starts over rather than grow without
 // bound.
 constexpr size_t kMaxSized = 1024;
+// Only small GEMMs, where the per-call setup and the runtime-size blocking
+// are a large part of the time (an MNIST MLP's, at most 64 x 256 x 784 =
+// 12.8M multiply-adds). Larger ones measured even in isolation, and a
+// MiniLM training step (m = 8 x length, k, n = 384..1536) ran ~10% slower
+// with sized primitives; batched GEMMs (attention) keep the generic one too.
+// The choice depends on the sizes alone, so it is deterministic.
+constexpr int64_t kMaxSizedMacs = int64_t{1} << 24;
 
 std::atomic<uint64_t> sized_generation{0};  // bumped by clear_gemm_primitives
 
@@ -238,7 +245,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   dnnl::engine& eng = cpu_engine();
   dnnl::stream stream(eng);
   bool created = false;
-  if (sizing().load()) {
+  if (sizing().load() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
     Sized* s = sized_primitive({key, batch, g.m, g.n, g.k}, &created);
     s->a.set_data_handle(const_cast<float*>(g.a.data));
     s->b.set_data_handle(const_cast<float*>(g.b.data));
