@@ -64,10 +64,10 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
   const int64_t n = sizes.back();
   // A reduction over the middle dims has one chunk per index of dim 0: its
   // partials are the result.
-  const int64_t chunks =
-      !by_column      ? 1
-      : spec.per_outer ? sizes[0]
-                       : std::min({sizes[0], kColumnChunks, std::max<int64_t>(numel / kColumnChunkElements, 1)});
+  const int64_t by_size = std::max<int64_t>(numel / kColumnChunkElements, 1);
+  const int64_t chunks = !by_column      ? 1
+                         : spec.per_outer ? sizes[0]
+                                          : std::min({sizes[0], kColumnChunks, by_size});
   std::vector<at::Tensor> outputs;  // per-column outputs: the partial sums first
   for (const KernelOutput& o : spec.outputs) {
     outputs.push_back(o.extent == KernelOutput::Extent::kPerColumn

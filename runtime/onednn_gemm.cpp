@@ -1,5 +1,6 @@
-// oneDNN matmul primitives with runtime sizes, cached by rank, operand
-// layouts, bias and post-op.
+// oneDNN matmul primitives: generic ones with runtime sizes, cached by rank,
+// operand layouts, bias and post-op; and, for small GEMMs, ones made for
+// their exact sizes (see "Primitives specialized to exact sizes" below).
 //
 // Threading: Debian's libdnnl 2.6 is built with the OpenMP runtime
 // (DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP in dnnl_config.h) against
@@ -22,11 +23,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -85,16 +86,21 @@ Descs descs(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k) {
   return d;
 }
 
-dnnl::matmul make_primitive(const Key& key) {
+// The relu epilogue as a post-op, or no attributes.
+dnnl::primitive_attr attr_for(bool relu) {
   dnnl::primitive_attr attr;
-  if (key.relu) {
+  if (relu) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
     attr.set_post_ops(ops);
   }
+  return attr;
+}
+
+dnnl::matmul make_primitive(const Key& key) {
   Descs d = descs(key, kRt, kRt, kRt, kRt);
   dnnl::matmul::desc desc(d.a, d.b, d.bias, d.c);
-  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr_for(key.relu), cpu_engine()));
 }
 
 std::mutex& cache_mutex() {
@@ -146,9 +152,9 @@ namespace {
 // are rebound on each call.
 struct SizedKey {
   Key key;
-  int64_t batch, m, n, k;
+  int64_t m, n, k;
   bool operator<(const SizedKey& o) const {
-    return std::tie(key, batch, m, n, k) < std::tie(o.key, o.batch, o.m, o.n, o.k);
+    return std::tie(key, m, n, k) < std::tie(o.key, o.m, o.n, o.k);
   }
 };
 
@@ -163,7 +169,7 @@ struct Sized {
 constexpr size_t kMaxSized = 1024;
 // Only small GEMMs, where the per-call setup and the runtime-size blocking
 // are a large part of the time (an MNIST MLP's, at most 64 x 256 x 784 =
-// 12.8M multiply-adds). Larger ones measured even in isolation, and a
+// 12.8M multiply-adds). Larger ones run as fast either way in isolation, and a
 // MiniLM training step (m = 8 x length, k, n = 384..1536) ran ~10% slower
 // with sized primitives; batched GEMMs (attention) keep the generic one too.
 // The choice depends on the sizes alone, so it is deterministic.
@@ -195,16 +201,11 @@ std::atomic<bool>& sizing() {
 
 std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   const Key& key = sk.key;
-  Descs d = descs(key, sk.batch, sk.m, sk.n, sk.k);
-  dnnl::primitive_attr attr;
-  if (key.relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
-  }
+  Descs d = descs(key, 1, sk.m, sk.n, sk.k);
   dnnl::engine& eng = cpu_engine();
   auto s = std::make_unique<Sized>();
-  s->prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.a, d.b, d.bias, d.c), attr, eng));
+  s->prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.a, d.b, d.bias, d.c),
+                                                      attr_for(key.relu), eng));
   s->a = memory(d.a, eng, DNNL_MEMORY_NONE);
   s->b = memory(d.b, eng, DNNL_MEMORY_NONE);
   s->c = memory(d.c, eng, DNNL_MEMORY_NONE);
@@ -246,7 +247,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   dnnl::stream stream(eng);
   bool created = false;
   if (sizing().load() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
-    Sized* s = sized_primitive({key, batch, g.m, g.n, g.k}, &created);
+    Sized* s = sized_primitive({key, g.m, g.n, g.k}, &created);
     s->a.set_data_handle(const_cast<float*>(g.a.data));
     s->b.set_data_handle(const_cast<float*>(g.b.data));
     s->c.set_data_handle(g.c);
@@ -298,19 +299,13 @@ std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& slot = packed_cache()[key];
   if (slot) return slot;
-  dnnl::primitive_attr attr;
-  if (g.relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
-  }
   // A's layout only matters for the source descriptor; any dense one works.
   const Tag a_tag = key.a == Layout::kColMajor ? Tag::ba : Tag::ab;
   memory::desc a({g.m, g.k}, memory::data_type::f32, a_tag);
   memory::desc b({g.k, g.n}, memory::data_type::f32, Tag::any);
   memory::desc c({g.m, g.n}, memory::data_type::f32, Tag::ab);
   memory::desc bias = g.bias ? memory::desc({1, g.n}, memory::data_type::f32, Tag::ab) : memory::desc();
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, cpu_engine());
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr_for(g.relu), cpu_engine());
   slot = std::make_shared<const PackedPrimitive>(PackedPrimitive{dnnl::matmul(pd), pd.weights_desc()});
   return slot;
 }
