@@ -91,9 +91,9 @@ std::optional<std::string> unrecordable_schema(const c10::FunctionSchema& schema
 // call instead of on every one (the name was a string built, hashed and
 // interned per op). Per thread, so no lock; keyed by the schema's address,
 // which the dispatcher keeps for the operator's lifetime, and checked
-// against the name in case an operator was replaced at the same address.
+// against the name in case an operator was replaced at the same address
+// (a new entry's empty name matches no schema).
 struct OpInfo {
-  const c10::FunctionSchema* schema = nullptr;
   std::string name;  // "aten::add.Tensor"
   uint32_t id = 0;   // ir::intern_op(name)
   std::optional<std::string> unrecordable;
@@ -115,8 +115,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> infos;
   const c10::FunctionSchema& schema = op.schema();
   OpInfo& info = infos[&schema];
-  if (info.schema == &schema && is_name_of(info.name, schema)) return info;
-  info.schema = &schema;
+  if (is_name_of(info.name, schema)) return info;
   info.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
   info.id = ir::intern_op(info.name);
   info.unrecordable = unrecordable_schema(schema);
@@ -154,7 +153,6 @@ Recorded record(const OpInfo& info, const c10::FunctionSchema& schema,
                 c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& fresh_meta,
                 const std::vector<at::Tensor>& mutated_meta) {
   NodeBuilder b(info.id);
-  const bool arange = info.arange;
   Recorded rec;
   std::vector<uint32_t> mutated_inputs;
   const auto& formals = schema.arguments();
@@ -199,7 +197,7 @@ Recorded record(const OpInfo& info, const c10::FunctionSchema& schema,
       ir::Attr a = *to_attr(v, formals[i]);
       // arange's bounds are Scalars, not SymInts, but are sizes all the same
       // (position ids of a sequence): keep them out of the structural hash.
-      if (a.kind == ir::Attr::Kind::kScalarInt && arange) a.symbolic = true;
+      if (a.kind == ir::Attr::Kind::kScalarInt && info.arange) a.symbolic = true;
       b.attr(std::move(a));
     }
   }

@@ -38,7 +38,7 @@ enum class PrimitiveUse : uint8_t {
   kReused,        // the cached generic one ran
   kSizedCreated,  // a primitive for exactly these sizes was made and ran
   kSized,         // the one for these sizes ran
-  kNone,     // no primitive ran: the output is empty, or k == 0 (C = bias)
+  kNone,          // no primitive ran: the output is empty, or k == 0 (C = bias)
 };
 
 // Whether onednn_gemm takes `x` as it is: a dense row-major or column-major
