@@ -34,7 +34,8 @@ MemRef1D<char> buffer(T* data, int64_t n) {
 }  // namespace
 
 int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
-                         const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values) {
+                            const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
+                            const std::vector<at::Tensor>& into) {
   const uint32_t R = spec.rank;
   // The iteration space in this graph, padded with leading 1s to the rank.
   std::vector<int64_t> sizes = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
@@ -69,8 +70,10 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
                          : spec.per_outer ? sizes[0]
                                           : std::min({sizes[0], kColumnChunks, by_size});
   std::vector<at::Tensor> outputs;  // per-column outputs: the partial sums first
-  for (const KernelOutput& o : spec.outputs) {
-    outputs.push_back(o.extent == KernelOutput::Extent::kPerColumn
+  for (size_t j = 0; j < spec.outputs.size(); ++j) {
+    const KernelOutput& o = spec.outputs[j];
+    outputs.push_back(j < into.size() && into[j].defined() ? into[j]
+                      : o.extent == KernelOutput::Extent::kPerColumn
                           ? at::empty({chunks, n}, at::kFloat)
                           : at::empty(g.nodes[o.op].node->outputs[o.index].sizes, at::kFloat));
   }

@@ -62,6 +62,12 @@ struct FusedKernel {
   // the launcher runs one chunk per index of dim 0, and the [dim 0, n]
   // partial buffer is the result itself. The kernel text is the same.
   bool per_outer = false;
+  // Each element's inputs are all loaded before anything is stored at it
+  // (kLoop: one pass, inputs loaded first). An output may then be written
+  // into the buffer of an input read at the same index (same sizes, both
+  // contiguous) that nothing reads after the kernel: an optimizer's update
+  // lands in the parameter's own buffer.
+  bool loads_before_stores = false;
 };
 
 // The kernel for group `g`, or nullopt with `why` set when the group has an

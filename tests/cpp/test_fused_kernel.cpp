@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <type_traits>
 
 #include "graph_builder.h"
@@ -79,6 +80,71 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
         float want = std::max(0.f, xv[i * cols + j] * yv[i * cols + j] + 0.5f * bv[j]);
         ASSERT_NEAR(out[i * cols + j], want, 1e-6) << rows << "x" << cols << " at " << i << "," << j;
       }
+  }
+}
+
+TEST(FusedKernel, LoopKernelOutputsMayTakeTheBuffersOfItsInputs) {
+  // A momentum update with two outputs: buf' = buf * w + g, p' = p - 0.1 buf'.
+  // A kLoop kernel loads every input of an element before storing there, so
+  // each output may be written into any input read at the same index --
+  // here crosswise, buf' into p's buffer and p' into buf's, which a kernel
+  // storing buf' before it loads p would get wrong.
+  GraphBuilder gb;
+  auto p = gb.param({4, 37});
+  auto buf = gb.param({4, 37});
+  auto g = gb.param({4, 37});
+  auto w = gb.param({37});
+  auto m = gb.op("aten::mul.Tensor", {buf, w}, {4, 37});
+  auto nb = gb.op("aten::add.Tensor", {m, g}, {4, 37}, {}, {GraphBuilder::scalar(1.0)});
+  auto np = gb.op("aten::add.Tensor", {p, nb}, {4, 37}, {}, {GraphBuilder::scalar(-0.1)});
+  Program prog = compile(ir::build_graph({nb, np})).program;
+  ASSERT_EQ(prog.groups.size(), 1u);
+  std::vector<bool> used(prog.ops.size(), false);
+  for (const ir::GraphRef& r : prog.outputs) used[r.node] = true;
+  std::string why;
+  auto k = emit_fused_kernel(prog, 0, used, &why);
+  ASSERT_TRUE(k) << why;
+  EXPECT_TRUE(k->loads_before_stores);
+  ASSERT_EQ(k->inputs.size(), 4u);
+  ASSERT_EQ(k->outputs.size(), 2u);
+  auto jit = runtime::JitModule::compile(k->mlir);
+
+  const int64_t rows = 4, cols = 37, n = rows * cols;
+  std::vector<float> pv(n), bv(n), gv(n), wv(cols);
+  for (int64_t i = 0; i < n; ++i) {
+    pv[i] = std::sin(i * 0.3f);
+    bv[i] = std::cos(i * 0.7f);
+    gv[i] = 0.01f * i;
+  }
+  for (int64_t j = 0; j < cols; ++j) wv[j] = 0.9f + 0.001f * j;
+  std::vector<float> want_b(n), want_p(n);
+  for (int64_t i = 0; i < n; ++i) {
+    want_b[i] = bv[i] * wv[i % cols] + gv[i];
+    want_p[i] = pv[i] - 0.1f * want_b[i];
+  }
+  // Kernel inputs in the kernel's order, found by the node they read.
+  std::map<const ir::Node*, std::vector<float>*> data = {
+      {p.node.get(), &pv}, {buf.node.get(), &bv}, {g.node.get(), &gv}, {w.node.get(), &wv}};
+  std::vector<MemRef1D<float>> buffers;
+  std::vector<int64_t> strides;
+  for (const ir::GraphRef& r : k->inputs) {
+    std::vector<float>* v = data.at(prog.ops[r.node].node);
+    buffers.push_back({v->data(), v->data(), 0, static_cast<int64_t>(v->size()), 1});
+    strides.push_back(v == &wv ? 0 : cols);  // w broadcasts over rows
+    strides.push_back(1);
+  }
+  // Outputs crosswise: buf' into p's buffer, p' into buf's.
+  const bool nb_first = prog.ops[k->outputs[0].op].node == nb.node.get();
+  std::vector<float>* into_nb = &pv;
+  std::vector<float>* into_np = &bv;
+  for (std::vector<float>* v : nb_first ? std::vector{into_nb, into_np} : std::vector{into_np, into_nb})
+    buffers.push_back({v->data(), v->data(), 0, n, 1});
+  std::vector<double> scalars;  // the adds' alphas, runtime arguments
+  for (auto [op, slot] : k->runtime) scalars.push_back(prog.ops[op].node == nb.node.get() ? 1.0 : -0.1);
+  launch(*k, *jit, buffers, {rows, cols}, strides, scalars, rows);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR((*into_nb)[i], want_b[i], 1e-5) << "buf' at " << i;
+    ASSERT_NEAR((*into_np)[i], want_p[i], 1e-5) << "p' at " << i;
   }
 }
 

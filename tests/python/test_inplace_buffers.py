@@ -87,3 +87,86 @@ def test_dead_intermediates_are_released_before_the_graph_ends(counters):
     torch.testing.assert_close(yd.cpu(), y, rtol=1e-4, atol=1e-4)
     # 5 intermediates, 6 weights and the input: 12 values read before the end.
     assert counters()["buffers.released_early"] == 12
+
+
+def kernel_reuses(fn):
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    with torch.no_grad():
+        fn()
+    torch_disc.sync()
+    c = torch_disc.metrics.counters()
+    return c.get("inplace.kernel_outputs", 0), c.get("launches.fused", 0)
+
+
+def momentum_update(p, buf, g):
+    buf.mul_(0.9).add_(g)
+    p.add_(buf, alpha=-0.1)
+
+
+def test_fused_update_writes_into_parameter_and_state_buffers():
+    # One generated kernel computes the new momentum and parameter; both
+    # land in the buffers they replace (the gradient stays: it is read later).
+    torch.manual_seed(0)
+    p0, b0, g0 = torch.randn(300, 7), torch.randn(300, 7), torch.randn(300, 7)
+    p, buf, g = (t.to("disc") for t in (p0, b0, g0))
+    for _ in range(3):
+        assert kernel_reuses(lambda: momentum_update(p, buf, g)) == (2, 1)
+        momentum_update(p0, b0, g0)
+    torch.testing.assert_close(p.cpu(), p0)
+    torch.testing.assert_close(buf.cpu(), b0)
+    torch.testing.assert_close(g.cpu(), g0)
+
+
+def test_fused_update_keeps_a_buffer_another_tensor_shares():
+    p, buf, g = torch.ones(64, device="disc"), torch.ones(64, device="disc"), torch.ones(64, device="disc")
+    torch_disc.sync()
+    q = torch.empty(64, device="disc")
+    q.copy_(p)                 # q's value is p's buffer
+    torch_disc.sync()
+    assert kernel_reuses(lambda: momentum_update(p, buf, g)) == (1, 1)  # buf only
+    assert q.cpu()[0].item() == 1.0
+    torch.testing.assert_close(p.cpu(), torch.full((64,), 0.81))
+
+
+def test_fused_kernel_does_not_reuse_a_value_read_later_or_broadcast():
+    a = torch.randn(40, 16).to("disc")
+    row = torch.randn(16).to("disc")
+    torch_disc.sync()
+    got = {}
+
+    def fn():
+        got["y"] = (a * 2 + row).relu()   # row is broadcast: another shape
+        got["z"] = a + 1                  # a is read again
+    reused, _ = kernel_reuses(fn)
+    assert reused == 0
+    torch.testing.assert_close(got["y"].cpu(), (a.cpu() * 2 + row.cpu()).relu())
+    torch.testing.assert_close(got["z"].cpu(), a.cpu() + 1)
+
+
+def test_mnist_sgd_step_updates_every_parameter_and_momentum_in_place(counters):
+    # The example MLP, SGD with momentum: each of the 6 parameters' update
+    # is one kernel writing the new momentum and parameter into the old
+    # buffers, so a step allocates no second copy of either. Eager is the
+    # oracle for the values.
+    import torch.nn.functional as F
+
+    from examples.mnist.train import build_model
+    torch.manual_seed(0)
+    ref = build_model("mlp")
+    model = build_model("mlp")
+    model.load_state_dict(ref.state_dict())
+    model.to("disc")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (ref, model)]
+    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    for step in range(4):
+        if step == 2:
+            torch_disc.metrics.reset()
+        for m, o, dev in ((ref, opts[0], "cpu"), (model, opts[1], "disc")):
+            o.zero_grad(set_to_none=True)
+            F.cross_entropy(m(x.to(dev)), y.to(dev)).backward()
+            o.step()
+    c = counters()
+    assert c["syncs"] == 2 and c["inplace.kernel_outputs"] == 2 * 12
+    for a, b in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
