@@ -7,7 +7,8 @@
 // A producer group joins its consumer when every user of the producer is in
 // the consumer (so no cycle can form and no value is computed twice), both
 // iterate the same symbolic shape, and the kernel stays under the argument
-// cap. GEMMs and convolutions stay library calls (with the epilogues
+// cap. A reduction consumer (kInput, kStitch) also takes a producer read
+// elsewhere, unless that makes a cycle: the kernel stores it for the others. GEMMs and convolutions stay library calls (with the epilogues
 // library_epilogue gave them); layout and opaque ops stay alone.
 #include <algorithm>
 #include <set>
@@ -66,9 +67,19 @@ class Planner {
   void try_merge(uint32_t producer, uint32_t consumer) {
     int32_t gp = p_.ops[producer].group, gc = p_.ops[consumer].group;
     if (gp < 0 || gp == gc || groups_[gp].kind != FusionKind::kLoop) return;
+    std::set<uint32_t> outside;  // users of the producer in neither group
     for (uint32_t op : groups_[gp].ops)
       for (uint32_t u : users_[op])
-        if (p_.ops[u].group != gp && p_.ops[u].group != gc) return;
+        if (p_.ops[u].group != gp && p_.ops[u].group != gc) outside.insert(u);
+    // A reduction may take a producer that is also read elsewhere: the
+    // kernel stores it in its first pass, and the reduction reads it from
+    // registers instead of memory written just before (a bias gradient's
+    // sum over threshold_backward, whose result the weight-gradient GEMM
+    // reads too). Unless the reduction's group depends on one of those other
+    // readers: the merged kernel would then wait on itself.
+    if (!outside.empty() &&
+        (groups_[gc].kind == FusionKind::kLoop || depends_on_any(gc, outside)))
+      return;
     // The consumer reads the producer's values over the producer's space.
     const auto& consumer_space = groups_[gc].kind == FusionKind::kLoop
                                      ? loop_shape(gc)
@@ -80,6 +91,31 @@ class Planner {
     ops.insert(ops.end(), groups_[gp].ops.begin(), groups_[gp].ops.end());
     std::sort(ops.begin(), ops.end());
     groups_[gp].ops.clear();
+  }
+
+  // Whether group `g` runs after one of `ops`: a walk back over inputs,
+  // where reaching an op of a group reaches the whole group (it runs as one
+  // kernel, after all its inputs). An op not in a group and before every op
+  // in `ops` cannot lead to one of them.
+  bool depends_on_any(int32_t g, const std::set<uint32_t>& ops) const {
+    const uint32_t lowest = *ops.begin();
+    std::vector<bool> seen(p_.ops.size(), false);
+    std::vector<uint32_t> work(groups_[g].ops.begin(), groups_[g].ops.end());
+    for (uint32_t op : work) seen[op] = true;
+    while (!work.empty()) {
+      const uint32_t op = work.back();
+      work.pop_back();
+      if (ops.count(op)) return true;
+      auto visit = [&](uint32_t v) {
+        if (seen[v]) return;
+        seen[v] = true;
+        if (p_.ops[v].group >= 0 || v >= lowest) work.push_back(v);
+      };
+      for (const ir::GraphRef& r : p_.ops[op].inputs) visit(r.node);
+      if (int32_t h = p_.ops[op].group; h >= 0)
+        for (uint32_t member : groups_[h].ops) visit(member);
+    }
+    return false;
   }
 
   size_t external_args(int32_t a, int32_t b) const {

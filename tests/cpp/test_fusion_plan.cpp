@@ -57,17 +57,23 @@ TEST(FusionPlan, SoftmaxAndLayerNormForwardAndBackwardAreOneKernelEach) {
   EXPECT_EQ(planned({smb}).groups.size(), 2u);  // forward and backward: one each
 }
 
-TEST(FusionPlan, ProducerUsedOutsideItsConsumerStaysSeparate) {
-  // exp(x) feeds both a reduction and a library call: fusing it into the
-  // reduction would compute it twice or order the GEMM inside a kernel.
+TEST(FusionPlan, ProducerUsedOutsideJoinsAReductionButNotALoop) {
+  // exp(x) feeds a reduction and a library call: the reduction's kernel
+  // takes it and stores it for the GEMM. An element-wise consumer does not
+  // (it would only move the store), so exp stays apart from the add.
   GraphBuilder b;
   auto x = b.param({16, 16});
   auto e = b.op("aten::exp", {x}, {16, 16});
   auto s = b.op("aten::sum.dim_IntList", {e}, {16}, {GraphBuilder::ints({1}), GraphBuilder::boolean(false)});
   auto m = b.op("aten::mm", {e, x}, {16, 16});
   Program p = planned({s, m});
-  EXPECT_EQ(p.groups.size(), 2u);
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].kind, FusionKind::kInput);
+  EXPECT_EQ(p.groups[0].ops.size(), 2u);
   EXPECT_EQ(p.library_calls(), 1u);
+  auto a = b.op("aten::add.Tensor", {e, x}, {16, 16});
+  auto m2 = b.op("aten::mm", {e, x}, {16, 16});
+  EXPECT_EQ(planned({a, m2}).groups.size(), 2u);
 }
 
 TEST(FusionPlan, BroadcastOfADifferentShapeIsNotFusedIntoTheLoop) {

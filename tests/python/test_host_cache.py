@@ -46,7 +46,10 @@ def test_steady_state_steps_allocate_nothing_new():
     # while step 1's blocks come free; from step 4 on every large buffer is
     # a block an earlier step freed.
     assert misses[0] > 0 and misses[3:] == [0, 0, 0], misses
-    assert hits[3:] == [hits[3]] * 3 and hits[3] >= 5, hits
+    # Four large blocks a step: the first layer's output, its gradient
+    # before and after the ReLU, and its weight's gradient. The parameter
+    # and momentum updates take none: they write into the old buffers.
+    assert hits[3:] == [4, 4, 4], hits
     expected, _ = mlp_steps(6, device="cpu")
     assert torch.allclose(torch.tensor(losses), torch.tensor(expected), rtol=1e-5, atol=1e-6)
 
