@@ -3,7 +3,7 @@
 //
 //   scf.for %i0 = %begin to %end {                     // rows, split across threads
 //     %m = scf.if %contiguous -> f32 {                  // pass 1: max
-//       vector<16xf32> loop over [0, n - n % 16), reduce, scalar tail
+//       vector<16xf32> loop over [0, n - n % 16), masked tail, reduce
 //     } else { strided scalar loop }
 //     %s = ... pass 2: e = exp(x - m), store e, sum e
 //     ...      pass 3: out = e / s

@@ -16,8 +16,8 @@
 // The group's element-wise producers are computed inside the kernel, in
 // every pass that reads them, and stored only where the rest of the graph
 // needs them. Each pass over the innermost dim has a vector<16xf32> body and
-// a scalar tail when the inputs are contiguous along it (checked at run
-// time), and a strided scalar loop otherwise.
+// a masked vector tail (the last n % 16) when the inputs are contiguous
+// along it (checked at run time), and a strided scalar loop otherwise.
 #pragma once
 #include <optional>
 #include <string>

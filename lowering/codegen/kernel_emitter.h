@@ -25,7 +25,9 @@ class KernelEmitter {
  private:
   enum class Acc { kAdd, kMax };
   static constexpr uint32_t kUnroll = 4;  // independent accumulators per reduction
-  enum class Mode { kVector, kTail, kStrided };
+  // kMasked: the row's last len % 16 columns as one vector with the lanes
+  // past the end masked off (loads, stores and reductions).
+  enum class Mode { kVector, kMasked, kStrided };
 
   // One loop variant of one pass: how it addresses memory, its emitter, and
   // the values it has loaded so far.
@@ -34,6 +36,7 @@ class KernelEmitter {
     std::string j;  // the column index
     ValueEmitter e;
     std::map<size_t, std::string> loads;
+    std::string mask = {};  // kMasked: the vector<16xi1> of live lanes
   };
 
   using Body = std::function<std::vector<std::string>(Variant&)>;
@@ -82,6 +85,9 @@ class KernelEmitter {
 
   // Loads and stores (kernel_loads_stores.cpp).
   std::string load(Variant& v, size_t k);
+  std::string load_f32(Variant& v, const std::string& memref, const std::string& idx);
+  void store_f32(Variant& v, const std::string& memref, const std::string& idx,
+                 const std::string& value);
   std::string out_index(Variant& v);
   void store(Variant& v, size_t k, const std::string& value);
   std::string load_output(Variant& v, size_t k);

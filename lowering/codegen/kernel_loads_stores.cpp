@@ -33,10 +33,16 @@ std::string KernelEmitter::load(Variant& v, size_t k) {
       line(idx + " = arith.addi " + in_offset(k) + ", " + v.j + " : index");
     }
     std::string raw = fresh();
-    if (v.mode == Mode::kVector)
-      line(raw + " = vector.load %in" + std::to_string(k) + "[" + idx + "] : " + mem +
-           ", vector<" + std::to_string(kVectorWidth) + "x" + t + ">");
-    else
+    const std::string vt = "vector<" + std::to_string(kVectorWidth) + "x" + t + ">";
+    if (v.mode == Mode::kVector) {
+      line(raw + " = vector.load %in" + std::to_string(k) + "[" + idx + "] : " + mem + ", " + vt);
+    } else if (v.mode == Mode::kMasked) {
+      std::string pass = fresh();
+      line(pass + " = arith.constant dense<" + (t[0] == 'f' ? "0.0" : "0") + "> : " + vt);
+      line(raw + " = vector.maskedload %in" + std::to_string(k) + "[" + idx + "], " + v.mask +
+           ", " + pass + " : " + mem + ", vector<" + std::to_string(kVectorWidth) + "xi1>, " + vt +
+           " into " + vt);
+    } else
       line(raw + " = memref.load %in" + std::to_string(k) + "[" + idx + "] : " + mem);
     value = v.e.to_f32(raw, kernel_.input_dtypes[k]);
   }
@@ -50,42 +56,54 @@ std::string KernelEmitter::out_index(Variant& v) {
   return idx;
 }
 
-void KernelEmitter::store(Variant& v, size_t k, const std::string& value) {
-  std::string idx = out_index(v), o = "%out" + std::to_string(k);
+// Vector loads and stores of f32 at `idx` of memref `m` (masked in the
+// masked tail); scalar ones in the strided loop.
+std::string KernelEmitter::load_f32(Variant& v, const std::string& m, const std::string& idx) {
+  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
+  std::string r = fresh();
+  if (v.mode == Mode::kVector) {
+    line(r + " = vector.load " + m + "[" + idx + "] : memref<?xf32>, " + vt);
+  } else if (v.mode == Mode::kMasked) {
+    std::string pass = fresh();
+    line(pass + " = arith.constant dense<0.0> : " + vt);
+    line(r + " = vector.maskedload " + m + "[" + idx + "], " + v.mask + ", " + pass +
+         " : memref<?xf32>, vector<" + std::to_string(kVectorWidth) + "xi1>, " + vt + " into " + vt);
+  } else {
+    line(r + " = memref.load " + m + "[" + idx + "] : memref<?xf32>");
+  }
+  return r;
+}
+
+void KernelEmitter::store_f32(Variant& v, const std::string& m, const std::string& idx,
+                              const std::string& value) {
+  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
   if (v.mode == Mode::kVector)
-    line("vector.store " + value + ", " + o + "[" + idx + "] : memref<?xf32>, vector<" +
-         std::to_string(kVectorWidth) + "xf32>");
+    line("vector.store " + value + ", " + m + "[" + idx + "] : memref<?xf32>, " + vt);
+  else if (v.mode == Mode::kMasked)
+    line("vector.maskedstore " + m + "[" + idx + "], " + v.mask + ", " + value +
+         " : memref<?xf32>, vector<" + std::to_string(kVectorWidth) + "xi1>, " + vt);
   else
-    line("memref.store " + value + ", " + o + "[" + idx + "] : memref<?xf32>");
+    line("memref.store " + value + ", " + m + "[" + idx + "] : memref<?xf32>");
+}
+
+void KernelEmitter::store(Variant& v, size_t k, const std::string& value) {
+  store_f32(v, "%out" + std::to_string(k), out_index(v), value);
 }
 
 std::string KernelEmitter::load_output(Variant& v, size_t k) {
-  std::string idx = out_index(v), o = "%out" + std::to_string(k), r = fresh();
-  if (v.mode == Mode::kVector)
-    line(r + " = vector.load " + o + "[" + idx + "] : memref<?xf32>, vector<" +
-         std::to_string(kVectorWidth) + "xf32>");
-  else
-    line(r + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
-  return r;
+  return load_f32(v, "%out" + std::to_string(k), out_index(v));
 }
 
 // Folds `value` into this chunk's partial (sum or max) of output slot k at
 // column j.
 void KernelEmitter::accumulate(Variant& v, size_t k, const std::string& value) {
-  std::string idx = fresh(), o = "%out" + std::to_string(k), old = fresh();
+  std::string idx = fresh(), o = "%out" + std::to_string(k);
   line(idx + " = arith.addi %cb, " + v.j + " : index");
-  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
-  if (v.mode == Mode::kVector)
-    line(old + " = vector.load " + o + "[" + idx + "] : memref<?xf32>, " + vt);
-  else
-    line(old + " = memref.load " + o + "[" + idx + "] : memref<?xf32>");
+  std::string old = load_f32(v, o, idx);
   std::string sum = kernel_.outputs[k].combine == KernelOutput::Combine::kMax
                         ? v.e.max_nan(old, value)
                         : v.e.binary("arith.addf", old, value);
-  if (v.mode == Mode::kVector)
-    line("vector.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>, " + vt);
-  else
-    line("memref.store " + sum + ", " + o + "[" + idx + "] : memref<?xf32>");
+  store_f32(v, o, idx, sum);
 }
 
 void KernelEmitter::store_row(size_t k, const std::string& scalar) {

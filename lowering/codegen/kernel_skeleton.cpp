@@ -1,7 +1,7 @@
 // The shape of every generated function: its signature and prologue (sizes,
 // strides, the run-time contiguity check), the loops over the leading dims
 // (dim 0 is this launch's chunk [begin, end)), and one pass over a row with
-// its vector body, scalar tail and strided fallback. row_plans.cpp fills it.
+// its vector body, masked vector tail and strided fallback. row_plans.cpp fills it.
 #include "lowering/codegen/kernel_emitter.h"
 
 #include "lowering/codegen/math_functions.h"
@@ -125,9 +125,9 @@ void KernelEmitter::emit() {
   kernel_.mlir = text;
 }
 
-// One pass over the row: the vector body and scalar tail when every
-// non-broadcast input is contiguous along the row, else a strided scalar
-// loop. Returns the scalar results of `accs`, one per value body returns.
+// One pass over the row: the vector body and a masked vector tail when
+// every non-broadcast input is contiguous along the row, else a strided
+// scalar loop. Returns the scalar results of `accs`, one per value body returns.
 std::vector<std::string> KernelEmitter::pass(const std::vector<Acc>& accs, const Body& body) {
   const size_t m = accs.size();
   const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
@@ -216,10 +216,22 @@ std::vector<std::string> KernelEmitter::pass(const std::vector<Acc>& accs, const
   } else {
     loop(Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", {}, 1);
   }
+  // The last len % 16 columns as one vector with the lanes past the end
+  // masked off, instead of a scalar loop: a row of 10 (a classifier's
+  // log_softmax) is one masked vector per pass, not 10 scalar exps. Dead
+  // lanes load 0, store nothing and add the identity to the accumulators.
+  std::string mask = fresh();
+  line(mask + " = vector.create_mask %nrem : vector<" + std::to_string(kVectorWidth) + "xi1>");
+  Variant tail{Mode::kMasked, "%nv", emitter(kVectorWidth), {}, mask};
+  std::vector<std::string> tvals = body(tail);
   std::vector<std::string> reduced;
-  for (size_t k = 0; k < m; ++k) reduced.push_back(horizontal(accs[k], vres[k]));
-  std::vector<std::string> tres = loop(Mode::kTail, 0, "%nv", "%n", "%c1", reduced, 1);
-  if (m) line("scf.yield " + join(tres) + " : " + types("f32", m));
+  for (size_t k = 0; k < m; ++k) {
+    std::string live = tail.e.select(mask, tvals.at(k), vinit[k]);
+    std::string acc = accs[k] == Acc::kAdd ? tail.e.binary("arith.addf", vres[k], live)
+                                           : tail.e.max_nan(vres[k], live);
+    reduced.push_back(horizontal(accs[k], acc));
+  }
+  if (m) line("scf.yield " + join(reduced) + " : " + types("f32", m));
   indent_.resize(indent_.size() - 2);
   line("} else {");
   indent_ += "  ";

@@ -1,7 +1,7 @@
 // Emits the MLIR lines of element-wise ops, on f32 scalars or on
 // vector<16xf32>: one traced op -> a few arith / math lines. The kernels
 // (kernel_skeleton.cpp, row_plans.cpp) build loops and loads around it and
-// call it once per loop variant (vector body, scalar tail, strided fallback),
+// call it once per loop variant (vector body, masked vector tail, strided fallback),
 // so an op's arithmetic is written once for all of them.
 #pragma once
 #include <cstdint>
