@@ -220,17 +220,32 @@ std::vector<std::string> KernelEmitter::pass(const std::vector<Acc>& accs, const
   // masked off, instead of a scalar loop: a row of 10 (a classifier's
   // log_softmax) is one masked vector per pass, not 10 scalar exps. Dead
   // lanes load 0, store nothing and add the identity to the accumulators.
+  // Skipped when there is no tail (rows of 128: the empty masked exp cost
+  // softmax ~10%).
+  const std::string vtypes = types(vt, m);
+  std::string has_tail = fresh(), tail_acc = fresh();
+  line(has_tail + " = arith.cmpi ne, %nrem, %c0 : index");
+  line(head(tail_acc, m) + "scf.if " + has_tail + (m ? " -> (" + vtypes + ")" : "") + " {");
+  indent_ += "  ";
   std::string mask = fresh();
   line(mask + " = vector.create_mask %nrem : vector<" + std::to_string(kVectorWidth) + "xi1>");
   Variant tail{Mode::kMasked, "%nv", emitter(kVectorWidth), {}, mask};
   std::vector<std::string> tvals = body(tail);
-  std::vector<std::string> reduced;
+  std::vector<std::string> combined;
   for (size_t k = 0; k < m; ++k) {
     std::string live = tail.e.select(mask, tvals.at(k), vinit[k]);
-    std::string acc = accs[k] == Acc::kAdd ? tail.e.binary("arith.addf", vres[k], live)
-                                           : tail.e.max_nan(vres[k], live);
-    reduced.push_back(horizontal(accs[k], acc));
+    combined.push_back(accs[k] == Acc::kAdd ? tail.e.binary("arith.addf", vres[k], live)
+                                            : tail.e.max_nan(vres[k], live));
   }
+  if (m) line("scf.yield " + join(combined) + " : " + vtypes);
+  indent_.resize(indent_.size() - 2);
+  if (m) {
+    line("} else {");
+    line("  scf.yield " + join(vres) + " : " + vtypes);
+  }
+  line("}");
+  std::vector<std::string> reduced;
+  for (size_t k = 0; k < m; ++k) reduced.push_back(horizontal(accs[k], results(tail_acc, m)[k]));
   if (m) line("scf.yield " + join(reduced) + " : " + types("f32", m));
   indent_.resize(indent_.size() - 2);
   line("} else {");
