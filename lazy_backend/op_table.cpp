@@ -39,6 +39,10 @@ constexpr const char* kRecordedWhole[] = {
     "convolution",           // else: convolution_overrideable (no CPU kernel)
     "convolution_backward",  // else: convolution_backward_overrideable
     "native_layer_norm",     // else: a batch_norm over a reshape (no stitch kernel)
+    // else: softmax, then isneginf / all / where over the whole input to zero
+    // fully masked rows (SDPA's math path, every attention layer): three
+    // more passes on ATen, where one stitch kernel does it all.
+    "_safe_softmax",
 };
 
 }  // namespace

@@ -114,7 +114,7 @@ bool sizes_come_from_inputs(const std::string& name) {
       "aten::nll_loss_forward", "aten::nll_loss_backward", "aten::_to_copy", "aten::clone",
       "aten::index_select", "aten::gelu", "aten::gelu_backward", "aten::tanh", "aten::tanh_backward",
       "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_softmax",
-      "aten::_softmax_backward_data", "aten::_log_softmax", "aten::_log_softmax_backward_data",
+      "aten::_safe_softmax", "aten::_softmax_backward_data", "aten::_log_softmax", "aten::_log_softmax_backward_data",
       "aten::masked_fill", "aten::where", "aten::sum", "aten::mean", "aten::amax",
       "aten::linalg_vector_norm", "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::rsub",
       "aten::add_", "aten::sub_", "aten::mul_", "aten::div_", "aten::neg", "aten::exp",

@@ -36,7 +36,7 @@ const std::unordered_map<std::string, OpClass>& table() {
     for (const char* n : {"aten::sum", "aten::sum.dim_IntList", "aten::mean.dim",
                           "aten::amax", "aten::mean"})
       (*m)[n] = OpClass::kReduction;
-    for (const char* n : {"aten::_softmax", "aten::_log_softmax",
+    for (const char* n : {"aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax",
                           "aten::_softmax_backward_data", "aten::_log_softmax_backward_data",
                           "aten::native_layer_norm", "aten::native_layer_norm_backward"})
       (*m)[n] = OpClass::kStitch;

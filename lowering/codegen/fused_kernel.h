@@ -5,6 +5,7 @@
 //   kInput    a reduction along the last dim with its element-wise producers
 //   kStitch   reduction -> element-wise -> reduction along the last dim:
 //               softmax       max, sum exp(x - max) (exp stored), scale
+//               _safe_softmax the same; a row that is all -inf gives 0
 //               log_softmax   max, sum exp(x - max), x - max - log(sum)
 //               backward      sum, element-wise
 //               layer norm    mean, variance, normalize + affine (and writes

@@ -28,7 +28,7 @@ bool KernelEmitter::analyze(std::string* why) {
   const ir::Node& row = *p_.ops[row_op_].node;
   name_ = ir::op_name(row.op);
   static const char* row_ops[] = {
-      "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
+      "aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax", "aten::_softmax_backward_data",
       "aten::_log_softmax_backward_data", "aten::sum.dim_IntList", "aten::mean.dim",
       "aten::amax", "aten::native_layer_norm", "aten::native_layer_norm_backward"};
   bool known = false;

@@ -1,6 +1,7 @@
 // The passes each row op makes over a row, in torch's order of operations:
 // kLoop's single pass, column sums, last-dim reductions, softmax and
-// log_softmax (and their backward), layer norm forward and backward.
+// log_softmax, _safe_softmax (and their backward), layer norm forward and
+// backward.
 #include "lowering/codegen/kernel_emitter.h"
 
 namespace disc::lowering {
@@ -54,12 +55,20 @@ void KernelEmitter::emit_row() {
     store_row(out0, r);
     return;
   }
-  if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax") {
+  if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax" || name_ == "aten::_safe_softmax") {
     bool store_p = producers_once();
     std::string mx = pass({Acc::kMax}, [&](Variant& v) {
       return std::vector{row_inputs(v, store_p)[0]};
     })[0];
     const bool log = name_ == "aten::_log_softmax";
+    // _safe_softmax: a row that is all -inf (fully masked attention) is 0,
+    // not NaN: shift it by 0 instead of its max (every exp is then 0) and
+    // scale it by 0 instead of 1/0.
+    std::string masked_row;
+    if (name_ == "aten::_safe_softmax") {
+      masked_row = s.cmp("oeq", mx, identity(Acc::kMax, 0));
+      mx = s.select(masked_row, s.constant(0.0), mx);
+    }
     std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
       std::string e = v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
       if (!log) store(v, out0, e);
@@ -68,6 +77,7 @@ void KernelEmitter::emit_row() {
     // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
     std::string log_sum = log ? s.unary("math.log", sum) : "";
     std::string inv_sum = log ? "" : s.binary("arith.divf", s.constant(1.0), sum);
+    if (!masked_row.empty()) inv_sum = s.select(masked_row, s.constant(0.0), inv_sum);
     pass({}, [&](Variant& v) {
       if (log) {
         std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));

@@ -25,6 +25,8 @@ CASES = {
     # name: (fn of x and the affine params, kernels in the forward graph)
     "softmax": lambda x, w, b: torch.softmax(x * 2 + 1, -1),
     "log_softmax": lambda x, w, b: torch.log_softmax(x, -1),
+    # SDPA's softmax (rows that are all -inf give 0): here with some -inf.
+    "safe_softmax": lambda x, w, b: torch._safe_softmax(x.masked_fill(x > 1, float("-inf")), -1),
     "layer_norm": layer_norm,
     "layer_norm_no_affine": lambda x, w, b: layer_norm(x, None, None),
     "sum_of_exp": lambda x, w, b: (x.exp() * 0.5).sum(-1),
@@ -73,16 +75,35 @@ def test_row_kernels_match_eager_forward_and_backward(name, shape):
         assert c["fallbacks"] == 0
 
 
-@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm"])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "safe_softmax", "layer_norm"])
 def test_stitch_ops_are_one_kernel_forward_and_one_backward(name):
     fn = {"softmax": lambda x, w, b: torch.softmax(x, -1),
           "log_softmax": lambda x, w, b: torch.log_softmax(x, -1),
+          "safe_softmax": lambda x, w, b: torch._safe_softmax(x, -1),
           "layer_norm": layer_norm}[name]
     _, _, fwd, bwd = run_both(fn, (64, 48))["disc"]
     assert (fwd["launches.fused"], fwd["launches.aten"]) == (1, 0)
     # Backward: the op's backward is one kernel; layer norm's writes the
     # input, weight and bias grads in it.
     assert (bwd["launches.fused"], bwd["launches.aten"]) == (1, 0)
+
+
+def test_safe_softmax_gives_zero_for_fully_masked_rows(counters):
+    # Scaled-dot-product attention on disc runs ATen's math path, whose
+    # softmax is _safe_softmax: a query that may attend to nothing gets 0,
+    # not NaN. One kernel, recorded whole (not softmax + isneginf + all +
+    # where on ATen). A row with a NaN stays NaN, as on the CPU.
+    x = torch.randn(6, 33)
+    x[0] = float("-inf")
+    x[3] = float("-inf")
+    x[4, :20] = float("-inf")
+    x[5, 7] = float("nan")
+    want = torch._safe_softmax(x, -1)
+    got = torch._safe_softmax(x.to("disc"), -1).cpu()
+    torch.testing.assert_close(got, want, **TOL)
+    assert got[0].eq(0).all() and got[3].eq(0).all() and got[5].isnan().all()
+    c = counters()
+    assert (c["launches.fused"], c["launches.aten"]) == (1, 0)
 
 
 def test_layer_norm_backward_honours_the_output_mask():
