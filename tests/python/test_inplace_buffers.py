@@ -1,19 +1,26 @@
 """Buffer reuse in the compiled executor: an op that updates a value in place
 writes into its buffer when nothing else reads the old value; otherwise it
-works on a copy. Counted as inplace.writes / inplace.copies."""
+works on a copy. Counted as inplace.writes / inplace.copies. A generated
+element-wise kernel writes an output into an input buffer nothing reads
+after it: inplace.kernel_outputs."""
 import torch
 
 import torch_disc
 
 
-def step_counts(fn):
+def run_counted(fn, *keys):
+    """Runs fn without grad as one graph; returns the counters `keys`."""
     torch_disc.sync()
     torch_disc.metrics.reset()
     with torch.no_grad():
         fn()
     torch_disc.sync()
     c = torch_disc.metrics.counters()
-    return c.get("inplace.writes", 0), c.get("inplace.copies", 0)
+    return tuple(c.get(k, 0) for k in keys)
+
+
+def step_counts(fn):
+    return run_counted(fn, "inplace.writes", "inplace.copies")
 
 
 def test_lone_parameter_update_writes_in_place():
@@ -90,13 +97,7 @@ def test_dead_intermediates_are_released_before_the_graph_ends(counters):
 
 
 def kernel_reuses(fn):
-    torch_disc.sync()
-    torch_disc.metrics.reset()
-    with torch.no_grad():
-        fn()
-    torch_disc.sync()
-    c = torch_disc.metrics.counters()
-    return c.get("inplace.kernel_outputs", 0), c.get("launches.fused", 0)
+    return run_counted(fn, "inplace.kernel_outputs", "launches.fused")
 
 
 def momentum_update(p, buf, g):
