@@ -42,8 +42,9 @@ std::string KernelEmitter::load(Variant& v, size_t k) {
       line(raw + " = vector.maskedload %in" + std::to_string(k) + "[" + idx + "], " + v.mask +
            ", " + pass + " : " + mem + ", vector<" + std::to_string(kVectorWidth) + "xi1>, " + vt +
            " into " + vt);
-    } else
+    } else {
       line(raw + " = memref.load %in" + std::to_string(k) + "[" + idx + "] : " + mem);
+    }
     value = v.e.to_f32(raw, kernel_.input_dtypes[k]);
   }
   return v.loads[k] = value;

@@ -8,7 +8,8 @@
 // the consumer (so no cycle can form and no value is computed twice), both
 // iterate the same symbolic shape, and the kernel stays under the argument
 // cap. A reduction consumer (kInput, kStitch) also takes a producer read
-// elsewhere, unless that makes a cycle: the kernel stores it for the others. GEMMs and convolutions stay library calls (with the epilogues
+// elsewhere, unless that makes a cycle: the kernel stores it for the
+// others. GEMMs and convolutions stay library calls (with the epilogues
 // library_epilogue gave them); layout and opaque ops stay alone.
 #include <algorithm>
 #include <set>
