@@ -97,10 +97,11 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
       int64_t n = 0;
       for (const at::Tensor& x : bs) n += x.size(1);
       at::Tensor sizes_only = at::empty({1}, at::kFloat).expand({bs[0].size(0), n});
-      out = onednn_matmul(ops[0].a, sizes_only, bias, false, false, &weights, [&] { return concat(bs, 1); });
+      out = onednn_matmul(ops[0].a, sizes_only, bias, runtime::Activation::kNone, false, &weights,
+                          [&] { return concat(bs, 1); });
     } else {
       metrics::bump("gemm_merge.weight_concats");
-      out = onednn_matmul(ops[0].a, concat(bs, 1), bias, false, false);
+      out = onednn_matmul(ops[0].a, concat(bs, 1), bias, runtime::Activation::kNone, false);
     }
     int64_t off = 0;
     for (const at::Tensor& x : bs) {
@@ -112,7 +113,7 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
     for (const Operands& o : ops) as.push_back(o.a);
     std::vector<WeightView> weights;
     if (std::optional<at::Tensor> base = weight_base(*calls_[grp.ops[0]], g)) weights.push_back({*base, ops[0].b});
-    at::Tensor out = onednn_matmul(concat(as, 0), ops[0].b, ops[0].bias, false, false,
+    at::Tensor out = onednn_matmul(concat(as, 0), ops[0].b, ops[0].bias, runtime::Activation::kNone, false,
                                    weights.empty() ? nullptr : &weights);
     int64_t off = 0;
     for (const at::Tensor& x : as) {
@@ -122,7 +123,7 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
   } else {
     std::vector<at::Tensor> as, bs;
     for (const Operands& o : ops) as.push_back(o.a), bs.push_back(o.b);
-    at::Tensor out = onednn_matmul(at::stack(as), at::stack(bs), {}, false, true);
+    at::Tensor out = onednn_matmul(at::stack(as), at::stack(bs), {}, runtime::Activation::kNone, true);
     for (size_t i = 0; i < ops.size(); ++i) parts.push_back(out.select(0, static_cast<int64_t>(i)));
   }
   for (size_t i = 0; i < grp.ops.size(); ++i) {

@@ -76,7 +76,8 @@ const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tens
 
 }  // namespace
 
-at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, bool relu, bool batched,
+at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, runtime::Activation act,
+                         bool batched,
                          const std::vector<WeightView>* weights,
                          const std::function<at::Tensor()>& make_b) {
   const int64_t d = batched ? 1 : 0;
@@ -95,7 +96,7 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
     g.bias = bias.data_ptr<float>();
   }
   g.c = out.data_ptr<float>();
-  g.relu = relu;
+  g.act = act;
   // oneDNN's parallel regions are sized by this thread's OpenMP setting:
   // make it torch's (a thread that never ran a torch kernel has the default).
   at::internal::lazy_init_num_threads();
@@ -103,7 +104,7 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
       epilogues("library.epilogues");
   ++onednn_calls;
   ++gemm_calls;
-  if (relu) ++epilogues;
+  if (act != runtime::Activation::kNone) ++epilogues;
   if (weights && !batched && g.m > 0 && g.n > 0 && g.k > 0) {
     std::shared_ptr<const runtime::PackedB> packed = packed_weights(*weights, g, [&] {
       at::Tensor dense = make_b ? make_b() : b;
@@ -132,7 +133,7 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
 
 namespace {
 
-at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, bool relu,
+at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, runtime::Activation act,
                     const std::optional<at::Tensor>& weight) {
   const bool batched = kind == Gemm::kBmm;
   at::Tensor a = ins[kind == Gemm::kAddmm ? 1 : 0];
@@ -141,7 +142,7 @@ at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, 
   if (kind == Gemm::kAddmm) bias = ins[0].reshape({-1}).expand({b.size(1)});
   std::vector<WeightView> views;
   if (weight) views.push_back({*weight, b});
-  at::Tensor out = onednn_matmul(a, b, bias, relu, batched, weight ? &views : nullptr);
+  at::Tensor out = onednn_matmul(a, b, bias, act, batched, weight ? &views : nullptr);
   TORCH_INTERNAL_ASSERT(out.sizes() == c10::IntArrayRef(n.outputs[0].sizes), "disc: ", ir::op_name(n.op),
                         " output size differs from its trace");
   return out;
@@ -197,15 +198,16 @@ std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Progr
     const lowering::ProgramOp& op = p.ops[i];
     if (op.erased) continue;
     if (op.epilogue_of >= 0) {
-      calls[i] = LibraryCall{LibraryCall::Kind::kEpilogue, false};
+      calls[i] = LibraryCall{LibraryCall::Kind::kEpilogue};
       std::optional<LibraryCall>& gemm = calls[op.epilogue_of];  // ops come after their inputs
       TORCH_INTERNAL_ASSERT(gemm && (gemm->kind == LibraryCall::Kind::kGemm ||
                                      gemm->kind == LibraryCall::Kind::kConv),
                             "disc: epilogue of a non-GEMM op");
-      gemm->relu = true;
+      static const uint32_t relu = ir::intern_op("aten::relu");
+      gemm->act = op.node->op == relu ? runtime::Activation::kRelu : runtime::Activation::kGelu;
     } else if (op.cls == lowering::OpClass::kLibrary) {
       const bool gemm = gemm_kind(op.node->op) != Gemm::kNone;
-      calls[i] = LibraryCall{gemm ? LibraryCall::Kind::kGemm : LibraryCall::Kind::kAten, false};
+      calls[i] = LibraryCall{gemm ? LibraryCall::Kind::kGemm : LibraryCall::Kind::kAten};
       if (gemm) calls[i]->weight_param = weight_param_of(p, i);
       if (is_conv_op(op.node->op)) calls[i]->kind = LibraryCall::Kind::kConv;
     }
@@ -226,22 +228,24 @@ std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Progr
 std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node& n,
                                          std::vector<at::Tensor> ins,
                                          const c10::OperatorHandle& aten, const ir::Graph* g) {
-  // The GEMM wrote relu's result already; its own value has no other reader.
+  // The GEMM wrote the activation's result already; its own value has no
+  // other reader.
   if (call.kind == LibraryCall::Kind::kEpilogue) return {ins[0]};
   static metrics::Named launched("kernels_launched"), library("launches.library");
   ++launched;
   ++library;
   if (call.kind == LibraryCall::Kind::kConv)
-    return run_conv_call(n, std::move(ins), aten, call.relu, call.nhwc_out);
+    return run_conv_call(n, std::move(ins), aten, call.act == runtime::Activation::kRelu, call.nhwc_out);
   const Gemm kind = gemm_kind(n.op);
   const char* why = call.kind == LibraryCall::Kind::kGemm ? aten_reason(kind, n, ins) : "op";
-  if (!why) return {run_gemm(kind, n, ins, call.relu, g ? weight_base(call, *g) : std::nullopt)};
+  if (!why) return {run_gemm(kind, n, ins, call.act, g ? weight_base(call, *g) : std::nullopt)};
   if (call.kind == LibraryCall::Kind::kGemm) metrics::bump("library.gemm_calls");
   metrics::bump("library.aten");
   metrics::bump("library.aten." + short_name(n.op));
   metrics::bump(std::string("library.aten_reason.") + why);
   std::vector<at::Tensor> outs = replay(aten, n, std::move(ins));
-  if (call.relu) outs[0] = at::relu(outs[0]);
+  if (call.act == runtime::Activation::kRelu) outs[0] = at::relu(outs[0]);
+  if (call.act == runtime::Activation::kGelu) outs[0] = at::gelu(outs[0]);
   return outs;
 }
 

@@ -1,6 +1,6 @@
 // Library calls of the compiled executor: float32 aten::mm / aten::addmm /
-// aten::bmm run on oneDNN (runtime/onednn_gemm.h), with the relu epilogue the
-// library_epilogue pass planned applied as a post-op; every other library op
+// aten::bmm run on oneDNN (runtime/onednn_gemm.h), with the relu or gelu
+// epilogue the library_epilogue pass planned applied as a post-op; every other library op
 // (other dtypes, scaled addmm) runs its ATen kernel, counted. Convolutions:
 // conv_calls.h.
 //
@@ -25,10 +25,11 @@ struct LibraryCall {
     kGemm,      // mm / addmm / bmm: oneDNN where it can, else ATen
     kAten,      // another library op: its ATen kernel
     kConv,      // convolution / convolution_backward: conv_calls.h
-    kEpilogue,  // a relu its GEMM or convolution already applied: passes its input on
+    kEpilogue,  // an activation its GEMM or convolution already applied: passes its input on
   };
   Kind kind = Kind::kAten;
-  bool relu = false;  // kGemm, kConv: apply the relu epilogue
+  // kGemm: the activation epilogue to apply (relu or gelu); kConv: relu only.
+  runtime::Activation act = runtime::Activation::kNone;
   bool nhwc_out = false;  // kConv: may leave its output NHWC (ConvLayoutPlan)
   // kGemm mm / addmm whose B is a graph parameter seen through layout ops
   // (W, W^T): that parameter's op, else -1; a pre-packing candidate
@@ -52,11 +53,13 @@ std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node
 const char* gemm_aten_reason(const ir::Node& n, const std::vector<at::Tensor>& ins);
 
 // One float32 GEMM on oneDNN into a new dense tensor: a [m, k] @ b [k, n]
-// (+ bias [n], contiguous, or undefined) (relu), or bmm when `batched`.
+// (+ bias [n], contiguous, or undefined), activated by `act`, or bmm when
+// `batched`.
 // With `weights` (B's parameter buffers and views; make_b builds B from
 // them on a miss; default: b itself), B comes pre-packed. Counts
 // library.onednn and library.gemm_calls.
-at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias, bool relu, bool batched,
+at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias, runtime::Activation act,
+                         bool batched,
                          const std::vector<WeightView>* weights = nullptr,
                          const std::function<at::Tensor()>& make_b = {});
 

@@ -21,6 +21,7 @@
 #include "runtime/onednn_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -66,9 +67,10 @@ Tag tag_of(bool batched, Layout l) {
 struct Key {
   bool batched;
   Layout a, b;
-  bool bias, relu;
+  bool bias;
+  Activation act;
   bool operator<(const Key& o) const {
-    return std::tie(batched, a, b, bias, relu) < std::tie(o.batched, o.a, o.b, o.bias, o.relu);
+    return std::tie(batched, a, b, bias, act) < std::tie(o.batched, o.a, o.b, o.bias, o.act);
   }
 };
 
@@ -86,21 +88,32 @@ Descs descs(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k) {
   return d;
 }
 
-// The relu epilogue as a post-op, or no attributes.
-dnnl::primitive_attr attr_for(bool relu) {
+// The activation as a post-op, or no attributes.
+dnnl::primitive_attr attr_for(Activation act) {
   dnnl::primitive_attr attr;
-  if (relu) {
+  if (act != Activation::kNone) {
     dnnl::post_ops ops;
-    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    ops.append_eltwise(1.f, act == Activation::kRelu ? dnnl::algorithm::eltwise_relu
+                                                     : dnnl::algorithm::eltwise_gelu_erf,
+                       0.f, 0.f);
     attr.set_post_ops(ops);
   }
   return attr;
 }
 
+float activate(Activation act, float v) {
+  switch (act) {
+    case Activation::kRelu: return std::max(v, 0.f);
+    case Activation::kGelu: return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f));
+    case Activation::kNone: break;
+  }
+  return v;
+}
+
 dnnl::matmul make_primitive(const Key& key) {
   Descs d = descs(key, kRt, kRt, kRt, kRt);
   dnnl::matmul::desc desc(d.a, d.b, d.bias, d.c);
-  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr_for(key.relu), cpu_engine()));
+  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr_for(key.act), cpu_engine()));
 }
 
 std::mutex& cache_mutex() {
@@ -122,12 +135,12 @@ std::shared_ptr<const dnnl::matmul> primitive(const Key& key, bool* created) {
   return slot;
 }
 
-// k == 0: the product is zero, so C is the bias (or 0), rectified.
+// k == 0: the product is zero, so C is the bias (or 0), activated.
 void fill_bias(const Gemm& g, int64_t batch) {
   for (int64_t r = 0; r < batch * g.m; ++r)
     for (int64_t j = 0; j < g.n; ++j) {
       const float v = g.bias ? g.bias[j] : 0.f;
-      g.c[r * g.n + j] = g.relu ? std::max(v, 0.f) : v;
+      g.c[r * g.n + j] = activate(g.act, v);
     }
 }
 
@@ -205,7 +218,7 @@ std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   dnnl::engine& eng = cpu_engine();
   auto s = std::make_unique<Sized>();
   s->prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.a, d.b, d.bias, d.c),
-                                                      attr_for(key.relu), eng));
+                                                      attr_for(key.act), eng));
   s->a = memory(d.a, eng, DNNL_MEMORY_NONE);
   s->b = memory(d.b, eng, DNNL_MEMORY_NONE);
   s->c = memory(d.c, eng, DNNL_MEMORY_NONE);
@@ -237,7 +250,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
     return PrimitiveUse::kNone;
   }
   const Key key{g.batched, layout_of(g.a, g.m, g.k, batch), layout_of(g.b, g.k, g.n, batch),
-                g.bias != nullptr, g.relu};
+                g.bias != nullptr, g.act};
   if (key.a == Layout::kOther || key.b == Layout::kOther)
     throw std::invalid_argument("onednn_gemm: an operand is neither dense row- nor column-major");
   // oneDNN 2.6 creates no matmul with a runtime batch and a bias ({1, 1, n}).
@@ -278,9 +291,10 @@ namespace {
 struct PackedKey {
   int64_t m, n, k;
   Layout a;
-  bool bias, relu;
+  bool bias;
+  Activation act;
   bool operator<(const PackedKey& o) const {
-    return std::tie(m, n, k, a, bias, relu) < std::tie(o.m, o.n, o.k, o.a, o.bias, o.relu);
+    return std::tie(m, n, k, a, bias, act) < std::tie(o.m, o.n, o.k, o.a, o.bias, o.act);
   }
 };
 
@@ -295,7 +309,7 @@ std::map<PackedKey, std::shared_ptr<const PackedPrimitive>>& packed_cache() {
 }
 
 std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
-  const PackedKey key{g.m, g.n, g.k, layout_of(g.a, g.m, g.k, 1), g.bias != nullptr, g.relu};
+  const PackedKey key{g.m, g.n, g.k, layout_of(g.a, g.m, g.k, 1), g.bias != nullptr, g.act};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& slot = packed_cache()[key];
   if (slot) return slot;
@@ -305,7 +319,7 @@ std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
   memory::desc b({g.k, g.n}, memory::data_type::f32, Tag::any);
   memory::desc c({g.m, g.n}, memory::data_type::f32, Tag::ab);
   memory::desc bias = g.bias ? memory::desc({1, g.n}, memory::data_type::f32, Tag::ab) : memory::desc();
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr_for(g.relu), cpu_engine());
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr_for(g.act), cpu_engine());
   slot = std::make_shared<const PackedPrimitive>(PackedPrimitive{dnnl::matmul(pd), pd.weights_desc()});
   return slot;
 }

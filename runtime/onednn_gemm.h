@@ -1,5 +1,5 @@
 // float32 GEMM through oneDNN's matmul primitive, torch-free:
-//   C[b][m,n] = relu?(A[b][m,k] @ B[b][k,n] + bias[n])
+//   C[b][m,n] = act(A[b][m,k] @ B[b][k,n] + bias[n]),  act: none, relu or gelu
 // Operands are raw pointers with explicit strides, so transposed views
 // (x.t(), nn.Linear's weight) run without a copy. One generic primitive serves
 // every size: m, n, k and the batch are runtime values, so it is cached only
@@ -23,6 +23,10 @@ struct GemmOperand {
   int64_t col_stride = 1;
 };
 
+// An activation applied as a oneDNN eltwise post-op while the output tile
+// is in cache, not as a second pass. kGelu is torch's exact (erf) GELU.
+enum class Activation : uint8_t { kNone, kRelu, kGelu };
+
 struct Gemm {
   bool batched = false;  // bmm: 3-D descriptors, `batch` matrices
   int64_t batch = 1;
@@ -30,7 +34,7 @@ struct Gemm {
   GemmOperand a, b;             // a: [m, k], b: [k, n]
   const float* bias = nullptr;  // [n] contiguous, or null; mm only
   float* c = nullptr;           // [m, n], dense row-major, written
-  bool relu = false;  // a oneDNN eltwise post-op, not a second pass
+  Activation act = Activation::kNone;
 };
 
 enum class PrimitiveUse : uint8_t {
@@ -58,7 +62,7 @@ PrimitiveUse onednn_gemm(const Gemm& g);
 // on every call. Measured (1 thread, k = n = 768): m = 8 0.09 vs 0.16 ms,
 // m = 32 0.29 vs 0.37 ms; m = 256 about even.
 struct PackedB;
-// Packs g.b for g's shape (layouts of A and B, bias, relu); g.a is unused.
+// Packs g.b for g's shape (layouts of A and B, bias, activation); g.a is unused.
 std::shared_ptr<const PackedB> pack_b(const Gemm& g);
 // Whether `p` is laid out as the primitive for g's shape wants it (a new m
 // may choose another blocking; then the caller packs again).

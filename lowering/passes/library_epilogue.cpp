@@ -1,7 +1,7 @@
-// library_epilogue: a relu whose input is a GEMM's or a convolution's
-// output, and that op's only use, becomes its epilogue: the executor runs it
-// as a oneDNN eltwise post-op while the output tile is still in cache, not
-// as a kernel.
+// library_epilogue: a relu (or an exact gelu, after a GEMM) whose input is a
+// GEMM's or a convolution's output, and that op's only use, becomes its
+// epilogue: the executor runs it as a oneDNN eltwise post-op while the output
+// tile is still in cache, not as a kernel.
 //
 //   %3 = addmm(%0, %1, %2) : library            %3 = addmm(%0, %1, %2) : library
 //   %4 = relu(%3)          : elementwise   ->   %4 = relu(%3) : elementwise  epilogue of %3
@@ -9,9 +9,11 @@
 //
 // Only float32 aten::mm / aten::addmm / aten::convolution (what runs on
 // oneDNN; a convolution the executor leaves to ATen applies the relu after
-// it), and only when the un-rectified value is read nowhere else (no other
-// op, not a graph output): the library call's buffer then holds relu's
-// result.
+// it), and only when the un-activated value is read nowhere else (no other
+// op, not a graph output): the library call's buffer then holds the
+// activation's result. For a GEMM the activation may also read it through
+// one reshape that nothing else reads (a Linear on a 3-D input). A gelu qualifies in inference only in practice: in
+// training its backward reads the GEMM's output. Convolutions take relu only.
 #include <algorithm>
 
 #include "lowering/passes/passes.h"
@@ -20,7 +22,7 @@ namespace disc::lowering {
 
 namespace {
 
-bool takes_relu(uint32_t op) {
+bool takes_activation(uint32_t op) {
   static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm"),
                         conv = ir::intern_op("aten::convolution");
   return op == mm || op == addmm || op == conv;
@@ -30,21 +32,43 @@ bool is_f32(const ir::Node& n) {
   return n.outputs.size() == 1 && n.outputs[0].dtype == ir::DType::kFloat32;
 }
 
+// gelu(x, approximate="none"), the one oneDNN's eltwise_gelu_erf computes.
+bool is_exact_gelu(const ir::Node& n) {
+  static const uint32_t gelu = ir::intern_op("aten::gelu");
+  if (n.op != gelu) return false;
+  for (const ir::Operand& o : n.operands)
+    if (o.kind == ir::Operand::Kind::kAttr && n.attrs[o.first].kind == ir::Attr::Kind::kString)
+      return n.attrs[o.first].s == "none";
+  return false;
+}
+
 }  // namespace
 
 void library_epilogue(Program& p) {
-  static const uint32_t relu = ir::intern_op("aten::relu");
+  static const uint32_t relu = ir::intern_op("aten::relu"), conv = ir::intern_op("aten::convolution"),
+                        reshape = ir::intern_op("aten::reshape");
   for (ProgramOp& op : p.ops) op.epilogue_of = -1;
   const std::vector<std::vector<uint32_t>> users = users_of(p);
   std::vector<bool> is_output(p.ops.size(), false);
   for (const ir::GraphRef& r : p.outputs) is_output[r.node] = true;
   for (uint32_t i = 0; i < p.ops.size(); ++i) {
     ProgramOp& op = p.ops[i];
-    if (op.erased || op.node->op != relu || op.inputs.size() != 1 || !is_f32(*op.node)) continue;
-    const uint32_t src = op.inputs[0].node;
+    if (op.erased || op.inputs.size() != 1 || !is_f32(*op.node)) continue;
+    const bool gelu = is_exact_gelu(*op.node);
+    if (op.node->op != relu && !gelu) continue;
+    uint32_t reader = i, src = op.inputs[0].node;
+    // nn.Linear on a [B, S, H] input is reshape -> addmm -> reshape: the
+    // activation may sit behind that last reshape, a view of the GEMM's
+    // buffer, which then holds the activated values.
+    if (p.ops[src].node->op == reshape && !p.ops[src].erased && !is_output[src] &&
+        users[src] == std::vector<uint32_t>{i} && p.ops[src].inputs.size() == 1) {
+      reader = src;
+      src = p.ops[src].inputs[0].node;
+    }
     const ProgramOp& lib = p.ops[src];
-    if (lib.erased || !takes_relu(lib.node->op) || !is_f32(*lib.node)) continue;
-    if (is_output[src] || users[src] != std::vector<uint32_t>{i}) continue;
+    if (lib.erased || !takes_activation(lib.node->op) || !is_f32(*lib.node)) continue;
+    if (lib.node->op == conv && (gelu || reader != i)) continue;
+    if (is_output[src] || users[src] != std::vector<uint32_t>{reader}) continue;
     op.epilogue_of = static_cast<int32_t>(src);
   }
 }

@@ -1,5 +1,6 @@
-// library_epilogue: a relu on a float32 GEMM's or convolution's only use becomes its
-// post-op; every other relu stays an element-wise op.
+// library_epilogue: a relu on a float32 GEMM's or convolution's only use
+// (or an exact gelu on a GEMM's, also behind one reshape) becomes its
+// post-op; every other relu or gelu stays an element-wise op.
 #include <gtest/gtest.h>
 
 #include "graph_builder.h"
@@ -133,4 +134,32 @@ TEST(LibraryEpilogue, RerunningThePassIsStable) {
   size_t marked = 0;
   for (const ProgramOp& op : p.ops) marked += op.epilogue_of >= 0;
   EXPECT_EQ(marked, 1u);
+}
+
+namespace {
+ir::Attr approximate(const char* how) {
+  ir::Attr a;
+  a.kind = ir::Attr::Kind::kString;
+  a.s = how;
+  return a;
+}
+}  // namespace
+
+TEST(LibraryEpilogue, ExactGeluBehindTheReshapeOfA3dLinearBecomesItsPostOp) {
+  // nn.Linear on [4, 8, 32] -> GELU: reshape -> addmm -> reshape -> gelu.
+  GraphBuilder b;
+  auto x = b.param({32, 32}), w = b.param({32, 96}), bias = b.param({96});
+  auto mm = b.op("aten::addmm", {bias, x, w}, {32, 96});
+  auto r = b.op("aten::reshape", {mm}, {4, 8, 96}, {GraphBuilder::ints({4, 8, 96})});
+  auto g = b.op("aten::gelu", {r}, {4, 8, 96}, {approximate("none")});
+  Program p = run_pass({g});
+  EXPECT_EQ(p.ops[index_of(p, g)].epilogue_of, static_cast<int32_t>(index_of(p, mm)));
+  // The tanh approximation is not oneDNN's gelu_erf; a reshape read
+  // elsewhere too keeps the un-activated values: neither is an epilogue.
+  auto t = b.op("aten::gelu", {r}, {4, 8, 96}, {approximate("tanh")});
+  Program q = run_pass({t});
+  EXPECT_EQ(q.ops[index_of(q, t)].epilogue_of, -1);
+  auto s = b.op("aten::sum", {r}, {});
+  Program both = run_pass({g, s});
+  EXPECT_EQ(both.ops[index_of(both, g)].epilogue_of, -1);
 }

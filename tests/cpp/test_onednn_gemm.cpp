@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -36,6 +37,7 @@ struct Mat {
 struct Case {
   int64_t batch, m, n, k;
   bool batched, ta, tb, bias, relu;
+  bool gelu = false;  // the exact (erf) GELU instead
 };
 
 // Runs one case through oneDNN and the loop; returns how the primitive was used.
@@ -51,7 +53,7 @@ PrimitiveUse check(const Case& c) {
   g.a = a.operand(), g.b = b.operand();
   g.bias = c.bias ? bias.data.data() : nullptr;
   g.c = out.data();
-  g.relu = c.relu;
+  g.act = c.gelu ? Activation::kGelu : c.relu ? Activation::kRelu : Activation::kNone;
   PrimitiveUse use = onednn_gemm(g);
   for (int64_t p = 0; p < batch; ++p)
     for (int64_t i = 0; i < c.m; ++i)
@@ -59,10 +61,12 @@ PrimitiveUse check(const Case& c) {
         double want = c.bias ? bias.data[j] : 0.0;
         for (int64_t l = 0; l < c.k; ++l) want += double(a.at(p, i, l)) * b.at(p, l, j);
         if (c.relu) want = std::max(want, 0.0);
+        if (c.gelu) want = 0.5 * want * (1.0 + std::erf(want / std::sqrt(2.0)));
         const float got = out[(p * c.m + i) * c.n + j];
         EXPECT_NEAR(got, want, 1e-4 * (1 + c.k))
             << "b" << p << " i" << i << " j" << j << " m" << c.m << " n" << c.n << " k" << c.k
-            << " ta" << c.ta << " tb" << c.tb << " bias" << c.bias << " relu" << c.relu;
+            << " ta" << c.ta << " tb" << c.tb << " bias" << c.bias << " relu" << c.relu
+            << " gelu" << c.gelu;
       }
   return use;
 }
@@ -117,6 +121,23 @@ TEST(OnednnGemm, OneGenericPrimitiveServesEverySizeAndLayout) {
   EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({3, 5, 8, 16, true, false, false, false, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({7, 2, 8, 16, true, false, false, false, false}), PrimitiveUse::kReused);
+  set_sized_gemms(true);
+}
+
+TEST(OnednnGemm, GeluEpilogueIsTheErfGeluOnBothPrimitives) {
+  // A Linear + GELU of a transformer's feed-forward block (inference), as
+  // one oneDNN call with eltwise_gelu_erf; k = 0 takes the bias path.
+  for (bool sized : {true, false}) {
+    set_sized_gemms(sized);
+    clear_gemm_primitives();
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 48, 32}, {5, 7, 3}, {300, 64, 96},
+                           {4, 6, 0}})
+      for (bool bias : {false, true}) {
+        Case c{1, m, n, k, false, false, true, bias, false};
+        c.gelu = true;
+        check(c);
+      }
+  }
   set_sized_gemms(true);
 }
 

@@ -2,6 +2,8 @@
 oneDNN matmul primitives (a relu on a Linear as its post-op), everything else
 of the library class on ATen, counted. The reference executor is the oracle."""
 
+import copy
+
 import torch
 
 from conftest import counted, mnist_step
@@ -121,3 +123,32 @@ def test_float64_and_scaled_addmm_run_on_aten_and_are_counted(executor):
     got, c = counted(lambda: torch.addmm(full.to("disc"), af.to("disc"), bf.to("disc")))
     assert c["library.aten_reason.bias"] == 1
     torch.testing.assert_close(got, torch.addmm(full, af, bf))
+
+
+def test_gelu_after_a_linear_is_its_post_op_in_inference(executor):
+    # A transformer feed-forward block: Linear -> GELU (exact) -> Linear. In
+    # no-grad mode the GELU is the first GEMM's oneDNN post-op; with grad its
+    # backward reads the GEMM's output, so it stays an op of its own. The
+    # tanh approximation is never a post-op (oneDNN's gelu_erf is the exact one).
+    executor("compiled")
+    torch.manual_seed(0)
+    ffn = torch.nn.Sequential(torch.nn.Linear(32, 96), torch.nn.GELU(), torch.nn.Linear(96, 32))
+    tanh_ffn = torch.nn.Sequential(torch.nn.Linear(32, 96), torch.nn.GELU("tanh"))
+    x = torch.randn(20, 32)
+    dffn, dtanh = [copy.deepcopy(m).to("disc") for m in (ffn, tanh_ffn)]
+    with torch.no_grad():
+        got, c = counted(lambda: dffn(x.to("disc")))
+        torch.testing.assert_close(got, ffn(x), rtol=1e-5, atol=1e-5)
+        assert library(c) == (2, 0, 1)  # 2 GEMMs on oneDNN, 1 epilogue: the GELU
+        # A [B, S, H] input: reshape -> addmm -> reshape -> GELU, still one call.
+        x3 = torch.randn(4, 5, 32)
+        got, c = counted(lambda: dffn(x3.to("disc")))
+        torch.testing.assert_close(got, ffn(x3), rtol=1e-5, atol=1e-5)
+        assert library(c) == (2, 0, 1)
+        got, c = counted(lambda: dtanh(x.to("disc")))
+        torch.testing.assert_close(got, tanh_ffn(x), rtol=1e-5, atol=1e-5)
+        assert library(c)[2] == 0
+    xd = x.to("disc").requires_grad_()
+    got, c = counted(lambda: dffn(xd))
+    assert library(c)[2] == 0
+    torch.testing.assert_close(got, ffn(x).detach(), rtol=1e-5, atol=1e-5)
