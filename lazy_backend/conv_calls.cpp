@@ -56,9 +56,9 @@ bool onednn_enabled() {
 }
 
 const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
-  TORCH_INTERNAL_ASSERT(pos < n.operands.size() && n.operands[pos].kind == ir::Operand::Kind::kAttr,
-                        "disc: ", ir::op_name(n.op), " operand ", pos, " is not a constant");
-  return n.attrs[n.operands[pos].first];
+  const ir::Attr* a = n.attr_operand(pos);
+  TORCH_INTERNAL_ASSERT(a, "disc: ", ir::op_name(n.op), " operand ", pos, " is not a constant");
+  return *a;
 }
 
 // Where the convolution's geometry starts: stride is operand 3 of

@@ -1,8 +1,8 @@
 // Library calls of the compiled executor: float32 aten::mm / aten::addmm /
 // aten::bmm run on oneDNN (runtime/onednn_gemm.h), with the relu or gelu
-// epilogue the library_epilogue pass planned applied as a post-op; every other library op
-// (other dtypes, scaled addmm) runs its ATen kernel, counted. Convolutions:
-// conv_calls.h.
+// epilogue the library_epilogue pass planned applied as a post-op; every
+// other library op (other dtypes, scaled addmm) runs its ATen kernel,
+// counted. Convolutions: conv_calls.h.
 //
 // Metrics: library.onednn, library.aten, library.aten.<op> and
 // library.aten_reason.<dtype|scale|bias|op>,

@@ -70,12 +70,6 @@ class SeededCpuGenerator {
   at::Tensor saved_;
 };
 
-// The attribute operand k of `n`, or nullptr.
-const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
-  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return nullptr;
-  return &n.attrs[n.operands[k].first];
-}
-
 // transpose.int, and reshape / view of a contiguous tensor, made here as a
 // view of the input's storage: the boxed call through the dispatcher cost
 // ~1.3-4 us per view, and an MLP training step has eleven. nullopt: not
@@ -87,14 +81,14 @@ std::optional<at::Tensor> plain_view(const ir::Node& n, const at::Tensor& in) {
   if (!in.defined() || !in.has_storage() || in.is_mkldnn() || in.is_sparse()) return std::nullopt;
   std::vector<int64_t> sizes = in.sizes().vec(), strides = in.strides().vec();
   if (n.op == transpose) {
-    const ir::Attr *a = attr_operand(n, 1), *b = attr_operand(n, 2);
+    const ir::Attr *a = n.attr_operand(1), *b = n.attr_operand(2);
     if (!a || !b || a->kind != ir::Attr::Kind::kInt || b->kind != ir::Attr::Kind::kInt) return std::nullopt;
     if (in.dim() == 0) return std::nullopt;  // transpose(0, 0) of a scalar: ATen's answer
     const int64_t d0 = c10::maybe_wrap_dim(a->i, in.dim()), d1 = c10::maybe_wrap_dim(b->i, in.dim());
     std::swap(sizes[d0], sizes[d1]);
     std::swap(strides[d0], strides[d1]);
   } else {
-    const ir::Attr* shape = attr_operand(n, 1);
+    const ir::Attr* shape = n.attr_operand(1);
     if (!shape || shape->kind != ir::Attr::Kind::kIntList || !in.is_contiguous()) return std::nullopt;
     const c10::DimVector shaped = at::infer_size_dv(shape->ints, in.numel());  // resolves a -1
     sizes.assign(shaped.begin(), shaped.end());

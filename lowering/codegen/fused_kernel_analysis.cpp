@@ -8,15 +8,6 @@
 
 namespace disc::lowering {
 
-namespace {
-
-const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
-  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return nullptr;
-  return &n.attrs[n.operands[k].first];
-}
-
-}  // namespace
-
 bool KernelEmitter::analyze(std::string* why) {
   if (loop_) {
     // The space a kLoop group iterates: its consumer-most op's output.
@@ -72,8 +63,8 @@ bool KernelEmitter::analyze(std::string* why) {
 bool KernelEmitter::reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const {
   const bool has_dtype = name_ == "aten::sum.dim_IntList" || name_ == "aten::mean.dim";
   if ((!has_dtype && name_ != "aten::amax") || R < 2) return false;
-  const ir::Attr* dims = attr_operand(n, 1);
-  const ir::Attr* dtype = has_dtype ? attr_operand(n, 3) : nullptr;
+  const ir::Attr* dims = n.attr_operand(1);
+  const ir::Attr* dtype = has_dtype ? n.attr_operand(3) : nullptr;
   if (!dims || dims->kind != ir::Attr::Kind::kIntList ||
       (has_dtype && (!dtype || dtype->kind != ir::Attr::Kind::kNone)))
     return false;
@@ -122,22 +113,22 @@ bool KernelEmitter::is_reduction() const {
 bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
   auto is_last = [&](int64_t d) { return d == -1 || d == static_cast<int64_t>(R) - 1; };
   if (is_reduction()) {
-    const ir::Attr* dims = attr_operand(n, 1);
+    const ir::Attr* dims = n.attr_operand(1);
     if (!dims || dims->kind != ir::Attr::Kind::kIntList || dims->ints.size() != 1) return false;
     if (name_ != "aten::amax") {  // dtype= must be absent
-      const ir::Attr* dtype = attr_operand(n, 3);
+      const ir::Attr* dtype = n.attr_operand(3);
       if (!dtype || dtype->kind != ir::Attr::Kind::kNone) return false;
     }
     return is_last(dims->ints[0]);
   }
   if (name_ == "aten::native_layer_norm" || name_ == "aten::native_layer_norm_backward") {
-    const ir::Attr* shape = attr_operand(n, name_ == "aten::native_layer_norm" ? 1 : 2);
+    const ir::Attr* shape = n.attr_operand(name_ == "aten::native_layer_norm" ? 1 : 2);
     return shape && shape->ints.size() == 1;
   }
-  const ir::Attr* dim = attr_operand(n, name_.find("backward") != std::string::npos ? 2 : 1);
+  const ir::Attr* dim = n.attr_operand(name_.find("backward") != std::string::npos ? 2 : 1);
   if (!dim || dim->kind != ir::Attr::Kind::kInt || !is_last(dim->i)) return false;
   if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax") {
-    const ir::Attr* half_to_float = attr_operand(n, 2);
+    const ir::Attr* half_to_float = n.attr_operand(2);
     if (!half_to_float || half_to_float->i != 0) return false;
   }
   return true;

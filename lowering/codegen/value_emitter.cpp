@@ -153,8 +153,9 @@ std::string ValueEmitter::scalar_operand(uint32_t op, size_t k) {
 
 bool ValueEmitter::operand_is_one(uint32_t op, size_t k) const {
   const ir::Node& n = *p_.ops[op].node;
-  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return false;
-  const ir::Attr& a = n.attrs[n.operands[k].first];
+  const ir::Attr* attr = n.attr_operand(k);
+  if (!attr) return false;
+  const ir::Attr& a = *attr;
   return (a.kind == ir::Attr::Kind::kScalarInt && a.i == 1) ||
          (a.kind == ir::Attr::Kind::kScalarDouble && a.d == 1.0);
 }

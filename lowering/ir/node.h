@@ -83,6 +83,12 @@ struct Node {
   Node& operator=(const Node&) = delete;
 
   bool is_data() const { return payload != nullptr; }
+  // The constant passed as schema operand k, or nullptr when operand k is
+  // not a constant (a tensor, a runtime scalar) or does not exist.
+  const Attr* attr_operand(size_t k) const {
+    if (k >= operands.size() || operands[k].kind != Operand::Kind::kAttr) return nullptr;
+    return &attrs[operands[k].first];
+  }
   // Computes local_hash; call once the node is fully built.
   void finalize();
   std::string to_string() const;

@@ -33,8 +33,9 @@ struct Operands {
 };
 
 bool is_one(const ir::Node& n, size_t pos) {
-  if (pos >= n.operands.size() || n.operands[pos].kind != ir::Operand::Kind::kAttr) return false;
-  const ir::Attr& a = n.attrs[n.operands[pos].first];
+  const ir::Attr* attr = n.attr_operand(pos);
+  if (!attr) return false;
+  const ir::Attr& a = *attr;
   if (a.kind == ir::Attr::Kind::kScalarInt || a.kind == ir::Attr::Kind::kInt) return a.i == 1;
   if (a.kind == ir::Attr::Kind::kScalarDouble || a.kind == ir::Attr::Kind::kDouble) return a.d == 1.0;
   return false;

@@ -12,8 +12,9 @@
 // it), and only when the un-activated value is read nowhere else (no other
 // op, not a graph output): the library call's buffer then holds the
 // activation's result. For a GEMM the activation may also read it through
-// one reshape that nothing else reads (a Linear on a 3-D input). A gelu qualifies in inference only in practice: in
-// training its backward reads the GEMM's output. Convolutions take relu only.
+// one reshape that nothing else reads (a Linear on a 3-D input). A gelu
+// qualifies in inference only in practice: in training its backward reads
+// the GEMM's output. Convolutions take relu only.
 #include <algorithm>
 
 #include "lowering/passes/passes.h"
@@ -35,11 +36,9 @@ bool is_f32(const ir::Node& n) {
 // gelu(x, approximate="none"), the one oneDNN's eltwise_gelu_erf computes.
 bool is_exact_gelu(const ir::Node& n) {
   static const uint32_t gelu = ir::intern_op("aten::gelu");
-  if (n.op != gelu) return false;
-  for (const ir::Operand& o : n.operands)
-    if (o.kind == ir::Operand::Kind::kAttr && n.attrs[o.first].kind == ir::Attr::Kind::kString)
-      return n.attrs[o.first].s == "none";
-  return false;
+  const ir::Attr* approximate = n.attr_operand(1);
+  return n.op == gelu && approximate && approximate->kind == ir::Attr::Kind::kString &&
+         approximate->s == "none";
 }
 
 }  // namespace

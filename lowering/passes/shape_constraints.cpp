@@ -49,11 +49,6 @@ class Dims {
   std::vector<uint32_t> parent_;
 };
 
-const ir::Attr* attr_operand(const ir::Node& n, size_t k) {
-  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kAttr) return nullptr;
-  return &n.attrs[n.operands[k].first];
-}
-
 int64_t wrap_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
 
 class Rules {
@@ -108,14 +103,14 @@ class Rules {
   }
   void unsqueeze(uint32_t i) {
     Ref src = in(i, 0), out{i, 0};
-    int64_t dim = wrap_dim(attr_operand(*p_.ops[i].node, 1)->i, rank(out));
+    int64_t dim = wrap_dim(p_.ops[i].node->attr_operand(1)->i, rank(out));
     for (size_t a = 0, b = 0; b < rank(out); ++b)
       if (static_cast<int64_t>(b) != dim) eq(src, a++, out, b);
   }
   void reduction(uint32_t i) {
     const ir::Node& n = *p_.ops[i].node;
     Ref src = in(i, 0), out{i, 0};
-    const ir::Attr* dims = attr_operand(n, 1);
+    const ir::Attr* dims = n.attr_operand(1);
     if (!dims || dims->kind != ir::Attr::Kind::kIntList) return;  // full reduction
     if (rank(src) == 0) return;  // sum(scalar, 0): dim 0 / -1 name the scalar itself
     std::vector<bool> reduced(rank(src), dims->ints.empty());
@@ -165,29 +160,29 @@ class Rules {
     if (rank(src) == 0) return;  // a scalar has no dims to relate (dim 0 / -1 name it)
     if (name == "aten::alias") return same_shape(src, out);
     if (name == "aten::transpose.int") {
-      int64_t a = wrap_dim(attr_operand(n, 1)->i, rank(src));
-      int64_t b = wrap_dim(attr_operand(n, 2)->i, rank(src));
+      int64_t a = wrap_dim(n.attr_operand(1)->i, rank(src));
+      int64_t b = wrap_dim(n.attr_operand(2)->i, rank(src));
       for (size_t k = 0; k < rank(src); ++k)
         eq(src, k, out, static_cast<int64_t>(k) == a ? b : static_cast<int64_t>(k) == b ? a : k);
       return;
     }
     if (name == "aten::permute") {
-      const auto& perm = attr_operand(n, 1)->ints;
+      const auto& perm = n.attr_operand(1)->ints;
       for (size_t k = 0; k < perm.size(); ++k) eq(src, wrap_dim(perm[k], rank(src)), out, k);
       return;
     }
     if (name == "aten::reshape") return reshape(src, out);
     std::vector<bool> dropped(rank(src), false);
     if (name == "aten::select.int" || name == "aten::squeeze.dim") {
-      dropped[wrap_dim(attr_operand(n, 1)->i, rank(src))] = rank(out) < rank(src);
+      dropped[wrap_dim(n.attr_operand(1)->i, rank(src))] = rank(out) < rank(src);
     } else if (name == "aten::squeeze.dims") {
-      for (int64_t dim : attr_operand(n, 1)->ints)
+      for (int64_t dim : n.attr_operand(1)->ints)
         dropped[wrap_dim(dim, rank(src))] = sizes(src)[wrap_dim(dim, rank(src))] == 1;
     } else if (name == "aten::squeeze") {
       for (size_t a = 0; a < rank(src); ++a) dropped[a] = sizes(src)[a] == 1;
     } else if (name == "aten::slice.Tensor") {
       // The sliced dim gets its own symbol; the others are unchanged.
-      int64_t dim = wrap_dim(attr_operand(n, 1)->i, rank(src));
+      int64_t dim = wrap_dim(n.attr_operand(1)->i, rank(src));
       for (size_t a = 0; a < rank(src); ++a)
         if (static_cast<int64_t>(a) != dim) eq(src, a, out, a);
       return;
