@@ -49,14 +49,14 @@ std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
 
 }  // namespace
 
-Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& executor,
+std::shared_ptr<Executable> CompileCache::get_or_compile(const ir::Graph& graph, Executor& executor,
                                          bool* hit) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Entry>& bucket = entries_[graph.hash];
   for (Entry& e : bucket) {
     if (e.key.matches(graph)) {
       *hit = true;
-      return *e.executable;
+      return e.executable;
     }
   }
   const auto start = std::chrono::steady_clock::now();
@@ -66,7 +66,7 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
     metrics::bump("cache_revalidated");
     *hit = true;
     bucket.push_back({GraphKey::of(graph), signature, same->executable});
-    return *bucket.back().executable;
+    return bucket.back().executable;
   }
   // Compiled by an earlier process: its kernels come from disk.
   *hit = graph_known(graph, signature);
@@ -74,7 +74,7 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
     bucket.push_back({GraphKey::of(graph), signature,
                       executor.compile(graph, r ? &r->program : nullptr)});
     ++size_;
-    return *bucket.back().executable;
+    return bucket.back().executable;
   }
   if (r) count_plan(*r);
   CompileRecord record;
@@ -92,7 +92,7 @@ Executable& CompileCache::get_or_compile(const ir::Graph& graph, Executor& execu
   remember_graph(graph, signature);
   ++size_;
   bucket.push_back(std::move(e));
-  return *bucket.back().executable;
+  return bucket.back().executable;
 }
 
 const CompileCache::Entry* CompileCache::same_plan(const ir::Graph& graph,

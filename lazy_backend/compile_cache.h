@@ -29,8 +29,9 @@ struct CompileRecord {
 class CompileCache {
  public:
   // Returns the executable for `graph`'s structure, compiling on a miss.
-  // `hit` tells which happened.
-  Executable& get_or_compile(const ir::Graph& graph, Executor& executor, bool* hit);
+  // `hit` tells which happened. Shared: a graph in flight keeps its
+  // executable alive through clear().
+  std::shared_ptr<Executable> get_or_compile(const ir::Graph& graph, Executor& executor, bool* hit);
   void clear();
   size_t size() const;
   // Every compile since the last clear_log(), oldest first.

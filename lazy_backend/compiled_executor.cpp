@@ -112,6 +112,7 @@ class CompiledExecutable final : public Executable {
     metrics::bump("kernels_compiled", static_cast<int64_t>(kernels_.size()));
     schedule(kernel_of_group);
     plan_in_place();
+    plan_publishing(kernel_of_group);
     for (const Step& s : steps_)
       replay_ops_.push_back(s.kernel < 0 && program_.ops[s.op].cls != lowering::OpClass::kData
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
@@ -121,7 +122,7 @@ class CompiledExecutable final : public Executable {
     layouts_ = plan_conv_layouts(program_);
   }
 
-  std::vector<at::Tensor> run(const ir::Graph& g) override {
+  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish) override {
     ExecutorAllocations from_host_cache;  // host_cache.h: no heap churn per step
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
     RunCounts n;
@@ -137,6 +138,13 @@ class CompiledExecutable final : public Executable {
       } else {
         run_step(s, g, values, n);
       }
+      if (publish && !publish_after_[s].empty()) {
+        for (size_t o : publish_after_[s]) {
+          const ir::GraphRef& r = program_.outputs[o];
+          publish(o, values[r.node][r.index]);
+        }
+        if (s + 1 < steps_.size()) n.early += static_cast<int64_t>(publish_after_[s].size());
+      }
       // Values no later step reads are dropped now, so the allocator reuses
       // their memory for the next ones instead of holding every
       // intermediate of the step until the end.
@@ -147,7 +155,8 @@ class CompiledExecutable final : public Executable {
       }
     }
     static metrics::Named launched("kernels_launched"), fused("launches.fused"), aten("launches.aten"),
-        parts("launches.parallel_parts"), released("buffers.released_early");
+        parts("launches.parallel_parts"), released("buffers.released_early"),
+        early("async.early_outputs");
     launched += n.fused + n.aten;
     fused += n.fused;
     aten += n.aten;
@@ -155,6 +164,7 @@ class CompiledExecutable final : public Executable {
     // without OpenMP runs every kernel serially and is otherwise only slow.
     parts += n.parallel_parts;
     released += n.released;
+    early += n.early;
     std::vector<at::Tensor> out;
     for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
     return out;
@@ -177,6 +187,7 @@ class CompiledExecutable final : public Executable {
   // What one run did, counted locally and filed in the metrics once.
   struct RunCounts {
     int64_t fused = 0, aten = 0, parallel_parts = 0, released = 0;
+    int64_t early = 0;  // outputs published before the last step
   };
 
   void run_step(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
@@ -319,6 +330,29 @@ class CompiledExecutable final : public Executable {
     }
   }
 
+  // Which graph outputs are final after each step: the step that makes an
+  // output is the last to write it (outputs are never reused in place).
+  // Outputs whose maker is not found are published with the results.
+  void plan_publishing(const std::vector<int32_t>& kernel_of_group) {
+    const size_t none = SIZE_MAX;
+    std::vector<size_t> maker(program_.ops.size(), none), kernel_step(kernels_.size(), none);
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (steps_[s].kernel >= 0) {
+        kernel_step[steps_[s].kernel] = s;
+      } else if (int32_t mg = program_.ops[steps_[s].op].gemm_group; mg >= 0) {
+        for (uint32_t m : program_.gemm_groups[mg].ops) maker[m] = s;
+      } else {
+        maker[steps_[s].op] = s;
+      }
+    }
+    for (uint32_t i = 0; i < program_.ops.size(); ++i)
+      if (int32_t gi = program_.ops[i].group; gi >= 0 && kernel_of_group[gi] >= 0)
+        maker[i] = kernel_step[kernel_of_group[gi]];
+    publish_after_.assign(steps_.size(), {});
+    for (size_t o = 0; o < program_.outputs.size(); ++o)
+      if (size_t s = maker[program_.outputs[o].node]; s != none) publish_after_[s].push_back(o);
+  }
+
   // The planned in-place writes that are safe in this run: the buffer is not
   // shared with another tensor (a view, a CPU tensor the user holds) and, for
   // a parameter, not still the data of a storage this sync keeps.
@@ -393,6 +427,7 @@ class CompiledExecutable final : public Executable {
   // whose outputs may reuse input buffers, per kernel input.
   std::vector<std::vector<bool>> last_reader_;
   std::vector<std::vector<ir::GraphRef>> release_;  // per step: values it reads last
+  std::vector<std::vector<size_t>> publish_after_;   // per step: outputs final after it
   std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
   std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
   GemmGroupRunner gemm_groups_;                      // merged GEMMs, gemm_merge_exec.h

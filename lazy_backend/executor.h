@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,13 +14,19 @@
 
 namespace disc {
 
+// Told (output index, value) as soon as an output is final -- no later
+// step of the run writes it -- so that the host can read a loss while the
+// backward and the update after it still run.
+using PublishFn = std::function<void(size_t, const at::Tensor&)>;
+
 class Executable {
  public:
   virtual ~Executable() = default;
   // Runs `graph`, which has the structure this was compiled from; data comes
   // from its parameter leaves and runtime scalars from its nodes. Returns one
-  // CPU tensor per graph output.
-  virtual std::vector<at::Tensor> run(const ir::Graph& graph) = 0;
+  // CPU tensor per graph output; `publish`, when set, sees each of them as
+  // soon as it is final.
+  virtual std::vector<at::Tensor> run(const ir::Graph& graph, const PublishFn& publish) = 0;
 };
 
 class Executor {

@@ -113,7 +113,10 @@ void LazyStorage::write(const at::Tensor& t, ir::Value v) {
 at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
   TORCH_INTERNAL_ASSERT(!pending(), "disc: read_cpu before sync");
   if (!value_) return at::zeros(t.sizes(), t.options().device(at::kCPU));
-  at::Tensor data = *data_of(*value_.node);
+  // Waiting for the tensor may settle a failed graph, which parks this
+  // buffer (a new value_): the leaf must outlive the wait.
+  const ir::NodePtr leaf = value_.node;
+  at::Tensor data = *data_of(*leaf);
   if (covers_storage(t, nbytes_) && data.scalar_type() == t.scalar_type())
     return data.reshape(t.sizes());
   at::Tensor flat = data.contiguous().reshape({-1});
@@ -121,9 +124,15 @@ at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
   return flat.as_strided(t.sizes(), t.strides(), t.storage_offset());
 }
 
-void LazyStorage::bind_data(at::Tensor cpu) {
-  value_ = make_data(std::move(cpu));
+void LazyStorage::bind(ir::Value data) {
+  value_ = std::move(data);
   views_.clear();
+}
+
+void LazyStorage::park(ir::Value trace) {
+  value_ = std::move(trace);
+  views_.clear();
+  parked_ = true;
 }
 
 void LazyStorage::grow(size_t nbytes) {

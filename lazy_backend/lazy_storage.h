@@ -42,11 +42,14 @@ class LazyStorage {
   // The whole buffer's value; pending when it is not a data leaf.
   const ir::Value& value() const { return value_; }
   bool pending() const { return value_ && !value_.node->is_data(); }
-  void bind_data(at::Tensor cpu);  // the sync's result for value()
+  // The sync's result for value(): a data leaf, whose tensor may still be
+  // on its way from the graph worker (tensor_data.h).
+  void bind(ir::Value data);
   // A sync that failed parks the buffers whose values it could not compute:
   // later syncs leave them out (unrelated work goes on), reading one tries
   // again, and writing one (a later step's in-place update) unparks it.
-  void park() { parked_ = true; }
+  // `trace` is the value the failed graph was to compute.
+  void park(ir::Value trace);
   void unpark() { parked_ = false; }
   bool parked() const { return parked_; }
   // Drops remembered view values. Every sync does this for every storage,

@@ -15,6 +15,7 @@
 #include "lazy_backend/rng.h"
 #include "lazy_backend/compile_cache.h"
 #include "lazy_backend/executor.h"
+#include "lazy_backend/graph_worker.h"
 #include "lazy_backend/sync.h"
 #include "lowering/ir/graph.h"
 
@@ -77,8 +78,23 @@ PYBIND11_MODULE(_C, m) {
   register_structured_captures();
   m.doc() = "torch_disc native backend";
   m.def("sync", &disc::sync, py::arg("cause") = "user", py::call_guard<py::gil_scoped_release>());
-  m.def("metrics", [] { return metrics::snapshot(); });
-  m.def("reset_metrics", &metrics::reset);
+  m.def("wait", &disc::wait, py::call_guard<py::gil_scoped_release>(),
+        "Waits for the graph of the last sync; raises its error");
+  m.def("set_async", &set_async_enabled, py::call_guard<py::gil_scoped_release>(),
+        "Graphs run on the graph worker (True) or on the syncing thread");
+  m.def("is_async", &async_enabled);
+  // What the worker is running is counted too once it is done.
+  m.def("metrics", [] {
+    {
+      py::gil_scoped_release nogil;
+      wait_for_worker();
+    }
+    return metrics::snapshot();
+  });
+  m.def("reset_metrics", [] {
+    wait_for_worker();  // so that the running graph's counts land before, not after
+    metrics::reset();
+  }, py::call_guard<py::gil_scoped_release>());
   m.def("compile_cache_size", &compile_cache_size);
   m.def("clear_compile_cache", &clear_compile_cache);
   m.def("compile_log", [] {
@@ -112,13 +128,23 @@ PYBIND11_MODULE(_C, m) {
     clear_packed_weights();
   }, "Pre-packed GEMM weights on / off; drops the packed ones");
   m.def("host_cache_stats", [] {
+    {
+      py::gil_scoped_release nogil;
+      wait_for_worker();  // the blocks the running graph holds are not idle yet
+    }
     const HostCacheStats s = host_cache_stats();
     return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
                                           {"in_use_bytes", s.in_use_bytes},
                                           {"idle_blocks", s.idle_blocks}};
   });
-  m.def("empty_host_cache", &empty_host_cache, "Frees the idle cached host blocks; bytes freed");
-  m.def("packed_weights", &packed_weights_size, "How many packed weights are cached");
+  m.def("empty_host_cache", [] {
+    wait_for_worker();
+    return empty_host_cache();
+  }, py::call_guard<py::gil_scoped_release>(), "Frees the idle cached host blocks; bytes freed");
+  m.def("packed_weights", [] {
+    wait_for_worker();
+    return packed_weights_size();
+  }, py::call_guard<py::gil_scoped_release>(), "How many packed weights are cached");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
   m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
   m.def("is_pending", &is_pending);

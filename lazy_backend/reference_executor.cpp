@@ -20,24 +20,31 @@ namespace {
 
 class ReferenceExecutable final : public Executable {
  public:
-  explicit ReferenceExecutable(const ir::Graph& g) {
+  explicit ReferenceExecutable(const ir::Graph& g) : outputs_of_(g.nodes.size()) {
     ops_.reserve(g.nodes.size());
     for (const ir::GraphNode& gn : g.nodes)
       ops_.push_back(gn.param >= 0 ? std::nullopt : std::optional(resolve_op(gn.node->op)));
+    for (size_t k = 0; k < g.outputs.size(); ++k) outputs_of_[g.outputs[k].node].push_back(k);
   }
 
-  std::vector<at::Tensor> run(const ir::Graph& g) override {
+  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish) override {
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
     for (size_t k = 0; k < g.nodes.size(); ++k) {
       const ir::GraphNode& gn = g.nodes[k];
       if (gn.param >= 0) {
         values[k] = {param_tensor(*gn.node)};
+        if (publish)
+          for (size_t o : outputs_of_[k]) publish(o, values[k][g.outputs[o].index]);
         continue;
       }
       std::vector<at::Tensor> ins;
       ins.reserve(gn.inputs.size());
       for (const ir::GraphRef& r : gn.inputs) ins.push_back(values[r.node][r.index]);
       values[k] = replay(*ops_[k], *gn.node, std::move(ins));
+      // Inputs are cloned before an op writes them, so a value is final as
+      // soon as its node has run.
+      if (publish)
+        for (size_t o : outputs_of_[k]) publish(o, values[k][g.outputs[o].index]);
     }
     metrics::bump("kernels_launched", static_cast<int64_t>(g.num_ops()));
     std::vector<at::Tensor> out;
@@ -48,6 +55,7 @@ class ReferenceExecutable final : public Executable {
 
  private:
   std::vector<std::optional<c10::OperatorHandle>> ops_;
+  std::vector<std::vector<size_t>> outputs_of_;  // per node: the graph outputs it makes
 };
 
 class ReferenceExecutor final : public Executor {

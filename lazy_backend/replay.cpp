@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "lazy_backend/attr_ivalue.h"
+#include "lazy_backend/metrics.h"
 #include "lazy_backend/tensor_data.h"
 
 #include <mutex>
@@ -41,19 +42,44 @@ bool needs_flat_storage(uint32_t op) {
   return op == a || op == b;
 }
 
-// Random nodes draw from the CPU generator reseeded with (seed, offset), so a
-// node's numbers depend only on the disc generator state it was traced with.
+uint64_t node_seed(const ir::Node& n) {
+  const uint64_t seed = static_cast<uint64_t>(n.runtime[n.rng_runtime].i);
+  const uint64_t offset = static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i);
+  return seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
+}
+
+// Random nodes draw from a CPU generator seeded from the (seed, offset) of
+// the disc generator they were traced with, so a node's numbers depend on
+// nothing else. An op with a generator argument gets a generator of its own:
+// replay on the graph worker then never touches the process's CPU
+// generator, which the host may be using. True when it did.
+bool seed_generator_arguments(const c10::OperatorHandle& op, const ir::Node& n,
+                              torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  bool seeded = false;
+  for (size_t a = 0; a < args.size() && a < stack.size(); ++a) {
+    c10::TypePtr t = args[a].type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (t->kind() != c10::TypeKind::GeneratorType) continue;
+    stack[a] = at::detail::createCPUGenerator(node_seed(n));
+    seeded = true;
+  }
+  return seeded;
+}
+
+// The others (native_dropout) draw from the process's CPU generator,
+// reseeded for the op and restored after it (counted:
+// `replay.global_generator`; a host drawing CPU random numbers at the same
+// moment would see the swap).
 class SeededCpuGenerator {
  public:
-  SeededCpuGenerator(uint64_t seed, uint64_t offset)
+  explicit SeededCpuGenerator(uint64_t seed)
       : lock_(mutex()), gen_(at::detail::getDefaultCPUGenerator()) {
-    {
-      std::lock_guard<std::mutex> g(gen_.mutex());
-      saved_ = gen_.get_state();
-    }
-    uint64_t mixed = seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
+    static metrics::Named swaps("replay.global_generator");
+    ++swaps;
     std::lock_guard<std::mutex> g(gen_.mutex());
-    gen_.set_current_seed(mixed);
+    saved_ = gen_.get_state();
+    gen_.set_current_seed(seed);
   }
   ~SeededCpuGenerator() {
     std::lock_guard<std::mutex> g(gen_.mutex());
@@ -160,10 +186,8 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
   {
     // Values never require grad here; skip the autograd layers.
     at::AutoDispatchBelowADInplaceOrView guard;
-    std::optional<SeededCpuGenerator> rng;
-    if (n.rng_runtime >= 0)
-      rng.emplace(static_cast<uint64_t>(n.runtime[n.rng_runtime].i),
-                  static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i));
+    std::optional<SeededCpuGenerator> global;
+    if (n.rng_runtime >= 0 && !seed_generator_arguments(op, n, stack)) global.emplace(node_seed(n));
     op.callBoxed(&stack);
   }
 

@@ -4,12 +4,16 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "lazy_backend/compile_cache.h"
 #include "lazy_backend/executor.h"
+#include "lazy_backend/graph_worker.h"
 #include "lazy_backend/lazy_storage.h"
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/node_builder.h"
+#include "lazy_backend/tensor_data.h"
 
 namespace disc {
 
@@ -44,60 +48,80 @@ struct Pending {
 };
 
 // Every live buffer whose value is still a trace: computing them all in one
-// graph is what keeps a value from ever being computed twice.
+// graph is what keeps a value from ever being computed twice. Single
+// elements (a loss, an accuracy) come first: the graph then computes them
+// before the backward and the update, and the host, which reads them right
+// after the step, gets them while the rest still runs.
 Pending collect_pending() {
   Pending p;
+  std::vector<LazyStorage*> later;
   for (LazyStorage* s : live_storages()) {
     if (s->parked()) continue;  // failed before: computed again when read
     if (!s->pending()) {
       if (s->value()) p.kept.insert(s->value().node.get());
       continue;
     }
-    p.storages.push_back(s);
-    p.roots.push_back(s->value());
+    (type_of(s->value()).numel() == 1 ? p.storages : later).push_back(s);
   }
+  p.storages.insert(p.storages.end(), later.begin(), later.end());
+  for (LazyStorage* s : p.storages) p.roots.push_back(s->value());
   return p;
 }
 
-ir::Graph build_and_hash(const Pending& p) {
+ir::Graph build_and_hash(const std::vector<ir::Value>& roots,
+                         const std::unordered_set<const ir::Node*>& kept) {
   metrics::ScopedTimer t(metrics::counters().hash_ns);
-  ir::Graph g = ir::build_graph(p.roots);
+  ir::Graph g = ir::build_graph(roots);
   g.pinned_params.reserve(g.params.size());
-  for (uint32_t i : g.params) g.pinned_params.push_back(p.kept.count(g.nodes[i].node) > 0);
+  for (uint32_t i : g.params) g.pinned_params.push_back(kept.count(g.nodes[i].node) > 0);
   return g;
 }
 
-Executable& lookup_or_compile(const ir::Graph& g) {
+std::shared_ptr<Executable> lookup_or_compile(const ir::Graph& g) {
   metrics::ScopedTimer t(metrics::counters().compile_ns);
   bool hit = false;
-  Executable& exe = compile_cache().get_or_compile(g, active_executor(), &hit);
+  std::shared_ptr<Executable> exe = compile_cache().get_or_compile(g, active_executor(), &hit);
   (hit ? metrics::counters().cache_hits : metrics::counters().cache_misses)++;
   return exe;
 }
 
-std::vector<at::Tensor> run(Executable& exe, const ir::Graph& g) {
+// One sync's graph from hand-off to its last result: what running it needs,
+// and what recovering it needs if it fails.
+struct Launch {
+  std::vector<ir::Value> roots;    // the traces it computes
+  std::vector<ir::Value> results;  // one future data leaf per root
+  ir::Graph graph;
+  std::shared_ptr<Executable> exe;
+  std::exception_ptr error;        // set when the run failed
+};
+
+// Runs a launch (on the graph worker, or inline): each result is delivered
+// as soon as it is final; on a failure the rest are orphaned, for
+// settle() to recover. What the run held is dropped as soon as it is done.
+void execute(Launch& l) {
   metrics::ScopedTimer t(metrics::counters().execute_ns);
   metrics::counters().graphs_run++;
-  metrics::counters().graph_nodes += static_cast<int64_t>(g.num_ops());
-  return exe.run(g);
+  metrics::counters().graph_nodes += static_cast<int64_t>(l.graph.num_ops());
+  auto deliver = [&](size_t k, const at::Tensor& v) { payload_of(*l.results[k].node)->fulfil(v); };
+  try {
+    std::vector<at::Tensor> out = l.exe->run(l.graph, deliver);
+    for (size_t k = 0; k < out.size(); ++k) deliver(k, out[k]);
+    l = Launch{};
+  } catch (...) {
+    l.error = std::current_exception();
+    for (const ir::Value& r : l.results) payload_of(*r.node)->orphan();
+  }
 }
 
-void bind_results(const Pending& p, std::vector<at::Tensor>& results) {
-  for (size_t k = 0; k < p.storages.size(); ++k) p.storages[k]->bind_data(std::move(results[k]));
-  // Views remembered before this sync would otherwise make the next step's
-  // trace depend on what earlier steps read (a different graph, a recompile).
-  for (LazyStorage* s : live_storages()) s->forget_views();
+// The launch handed to the worker and not settled yet (trace_mutex()).
+std::shared_ptr<Launch>& in_flight() {
+  static auto* l = new std::shared_ptr<Launch>();  // leaked: read at exit
+  return *l;
 }
 
-void run_and_bind(const Pending& p, const ir::Graph& graph) {
-  Executable& exe = lookup_or_compile(graph);
-  std::vector<at::Tensor> results = run(exe, graph);
-  bind_results(p, results);
-}
-
-// The pending buffers split into parts that share no node, so that a part
-// can run without the others.
-std::vector<Pending> independent_parts(const Pending& p, const ir::Graph& g) {
+// The results of a launch split into parts that share no node, so that a
+// part can run without the others.
+std::vector<std::vector<size_t>> independent_parts(const ir::Graph& g) {
   std::vector<uint32_t> parent(g.nodes.size());
   for (uint32_t i = 0; i < parent.size(); ++i) parent[i] = i;
   auto find = [&](uint32_t i) {
@@ -106,62 +130,145 @@ std::vector<Pending> independent_parts(const Pending& p, const ir::Graph& g) {
   };
   for (uint32_t i = 0; i < g.nodes.size(); ++i)
     for (const ir::GraphRef& r : g.nodes[i].inputs) parent[find(r.node)] = find(i);
-  std::vector<Pending> parts;
+  std::vector<std::vector<size_t>> parts;
   std::vector<int64_t> part_of(g.nodes.size(), -1);
-  for (size_t k = 0; k < p.storages.size(); ++k) {
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
     int64_t& part = part_of[find(g.outputs[k].node)];
     if (part < 0) {
       part = static_cast<int64_t>(parts.size());
-      parts.push_back({{}, {}, p.kept});
+      parts.emplace_back();
     }
-    parts[part].storages.push_back(p.storages[k]);
-    parts[part].roots.push_back(p.roots[k]);
+    parts[part].push_back(k);
   }
   return parts;
 }
 
+// Data leaves that are some live storage's value now.
+std::unordered_set<const ir::Node*> kept_now() {
+  std::unordered_set<const ir::Node*> kept;
+  for (LazyStorage* s : live_storages())
+    if (!s->pending() && s->value()) kept.insert(s->value().node.get());
+  return kept;
+}
+
 // A graph that failed to run (out of memory, an index out of range that
 // only the data shows): each independent part runs on its own, so unrelated
-// work still gets its values; the buffers of parts that fail are parked
-// (counted: `failed_syncs`, `parked_buffers`), nothing is dropped. The
-// caller rethrows the first failure.
-void recover_parts(const Pending& pending, const ir::Graph& graph) {
-  std::vector<Pending> parts = independent_parts(pending, graph);
+// work still gets its values, and the results of the parts that fail carry
+// their error; the buffers holding them are parked with the trace they were
+// to compute (counted: `failed_syncs`, `parked_buffers`), nothing is
+// dropped. Results delivered before the failure keep their values.
+void recover(Launch& l) {
+  std::vector<std::vector<size_t>> parts = independent_parts(l.graph);
   metrics::bump("failed_syncs");
-  for (const Pending& part : parts) {
+  std::unordered_map<const ir::Node*, std::vector<LazyStorage*>> holders;
+  for (LazyStorage* s : live_storages())
+    if (s->value()) holders[s->value().node.get()].push_back(s);
+  for (const std::vector<size_t>& part : parts) {
+    std::exception_ptr error = l.error;
     if (parts.size() > 1) {
       try {
-        run_and_bind(part, build_and_hash(part));
+        std::vector<ir::Value> roots;
+        for (size_t k : part) roots.push_back(l.roots[k]);
+        ir::Graph g = build_and_hash(roots, kept_now());
+        std::vector<at::Tensor> out = lookup_or_compile(g)->run(g, nullptr);
+        for (size_t j = 0; j < part.size(); ++j) payload_of(*l.results[part[j]].node)->fulfil(out[j]);
         continue;
       } catch (const c10::Error&) {
+        error = std::current_exception();
       }
     }
-    for (LazyStorage* s : part.storages) s->park();
-    metrics::bump("parked_buffers", static_cast<int64_t>(part.storages.size()));
+    for (size_t k : part) {
+      TensorData* d = payload_of(*l.results[k].node);
+      d->fail(error);
+      if (d->ready()) continue;  // delivered before the failure
+      auto it = holders.find(l.results[k].node.get());
+      if (it == holders.end()) continue;
+      for (LazyStorage* s : it->second) s->park(l.roots[k]);
+      metrics::bump("parked_buffers", static_cast<int64_t>(it->second.size()));
+    }
   }
 }
 
-// Runs the pending graph; true when it had to be compiled.
+// Waits for the launch in flight; when it failed, recovers it and returns
+// its error. Every future data leaf is resolved afterwards.
+std::exception_ptr settle() {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  wait_for_worker();
+  std::shared_ptr<Launch> l = std::move(in_flight());
+  in_flight() = nullptr;
+  if (!l || !l->error) return nullptr;
+  recover(*l);
+  return l->error;
+}
+
+// A reader waiting for a result of a failed launch: after the recovery it
+// sees its own result or that result's error (as a `.cpu()` whose part ran
+// returns its value when another part failed).
+void settle_for_reader() { settle(); }
+const bool settler_installed = (set_future_settler(&settle_for_reader), true);
+
+// Hands the pending graph over: its results become future data leaves,
+// bound at once, and the graph runs on the worker or, with DISC_ASYNC=0,
+// right here. Returns the inline run's error, after recovering it.
+std::exception_ptr launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe) {
+  auto l = std::make_shared<Launch>();
+  l->roots = pending.roots;
+  l->graph = std::move(graph);
+  l->exe = std::move(exe);
+  for (size_t k = 0; k < pending.storages.size(); ++k) {
+    l->results.push_back(make_future_data(type_of(pending.roots[k])));
+    pending.storages[k]->bind(l->results.back());
+  }
+  // Views remembered before this sync would otherwise make the next step's
+  // trace depend on what earlier steps read (a different graph, a recompile).
+  for (LazyStorage* s : live_storages()) s->forget_views();
+  if (async_enabled()) {
+    in_flight() = l;
+    run_on_worker([l] { execute(*l); });
+    return nullptr;
+  }
+  execute(*l);
+  if (!l->error) return nullptr;
+  recover(*l);
+  return l->error;
+}
+
+// Runs the pending graph; true when it had to be compiled. The graph is
+// built and compiled while the previous one may still run; a failure of the
+// previous one is raised here, after this sync has done its own work.
 bool sync_locked(const std::string& cause, const std::string& where) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().syncs++;
   metrics::bump("sync." + cause);
-  Pending pending = collect_pending();
-  if (pending.roots.empty()) return false;
   const int64_t misses_before = metrics::counters().cache_misses;
-  ir::Graph graph = build_and_hash(pending);
-  try {
-    run_and_bind(pending, graph);
-  } catch (const c10::Error&) {
-    recover_parts(pending, graph);
-    throw;
+  Pending pending = collect_pending();
+  std::exception_ptr error;
+  size_t ops = 0, outputs = 0;
+  if (pending.roots.empty()) {
+    if (!worker_busy()) error = settle();  // nothing to hand over: no need to wait
+  } else {
+    ir::Graph graph = build_and_hash(pending.roots, pending.kept);
+    std::shared_ptr<Executable> exe = lookup_or_compile(graph);
+    error = settle();
+    if (error) {  // the recovery parked buffers: this sync's graph changed
+      pending = collect_pending();
+      graph = build_and_hash(pending.roots, pending.kept);
+      exe = pending.roots.empty() ? nullptr : lookup_or_compile(graph);
+    }
+    ops = graph.num_ops();
+    outputs = graph.outputs.size();
+    if (exe) {
+      std::exception_ptr own = launch(pending, std::move(graph), std::move(exe));
+      if (!error) error = own;
+    }
   }
   const bool compiled = metrics::counters().cache_misses > misses_before;
   if (debug_sync()) {
     std::fprintf(stderr, "[disc] sync cause=%s at %s: %zu ops, %zu outputs, cache %s\n",
-                 cause.c_str(), where.empty() ? "<C++>" : where.c_str(), graph.num_ops(),
-                 graph.outputs.size(), compiled ? "miss" : "hit");
+                 cause.c_str(), where.empty() ? "<C++>" : where.c_str(), ops, outputs,
+                 compiled ? "miss" : "hit");
   }
+  if (error) std::rethrow_exception(error);
   return compiled;
 }
 
@@ -187,6 +294,10 @@ void set_python_location_provider(std::function<std::string()> provider) {
 
 std::string python_location() {
   return location_provider() ? location_provider()() : "";
+}
+
+void wait() {
+  if (std::exception_ptr e = settle()) std::rethrow_exception(e);
 }
 
 void clear_compile_cache() { compile_cache().clear(); }

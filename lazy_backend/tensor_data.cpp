@@ -2,6 +2,11 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
+#include <thread>
+
+#include "lazy_backend/metrics.h"
+
 namespace disc {
 
 ir::DType to_ir(at::ScalarType t) {
@@ -51,9 +56,73 @@ ir::Value make_data(at::Tensor cpu) {
   return {ir::make_data_node(std::move(type), std::make_shared<TensorData>(std::move(cpu))), 0};
 }
 
+ir::Value make_future_data(ir::TensorType type) {
+  return {ir::make_data_node(std::move(type), std::make_shared<TensorData>()), 0};
+}
+
+TensorData* payload_of(const ir::Node& n) {
+  return static_cast<TensorData*>(n.payload.get());
+}
+
 const at::Tensor* data_of(const ir::Node& n) {
-  if (!n.payload) return nullptr;
-  return &static_cast<const TensorData*>(n.payload.get())->tensor;
+  TensorData* d = payload_of(n);
+  return d ? &d->get() : nullptr;
+}
+
+namespace {
+std::atomic<void (*)()> g_settle{nullptr};
+thread_local bool t_graph_worker = false;
+}  // namespace
+
+void set_future_settler(void (*settle)()) { g_settle = settle; }
+void mark_graph_worker_thread() { t_graph_worker = true; }
+
+const at::Tensor& TensorData::get() {
+  if (state() != kReady) {
+    TORCH_INTERNAL_ASSERT(!t_graph_worker || resolved(),
+                          "disc: a graph started before one of its inputs was computed");
+    if (state() == kPending) {
+      static metrics::Named waits("async.host_waits");
+      ++waits;
+      // Spin briefly, then sleep: a loss is published microseconds to a
+      // millisecond into its graph, and a sleeping thread wakes slower.
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (state() == kPending && std::chrono::steady_clock::now() < spin_until)
+        std::this_thread::yield();
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return state() != kPending; });
+    }
+    if (state() == kOrphaned) {
+      if (void (*settle)() = g_settle.load()) settle();
+      TORCH_INTERNAL_ASSERT(resolved(), "disc: a failed graph's result was never recovered");
+    }
+  }
+  if (state() == kFailed) std::rethrow_exception(error_);
+  return tensor_;
+}
+
+void TensorData::set(State s) {
+  state_.store(s, std::memory_order_release);
+  cv_.notify_all();
+}
+
+void TensorData::fulfil(at::Tensor t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resolved()) return;
+  tensor_ = std::move(t);
+  set(kReady);
+}
+
+void TensorData::fail(std::exception_ptr e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resolved()) return;
+  error_ = std::move(e);
+  set(kFailed);
+}
+
+void TensorData::orphan() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state() == kPending) set(kOrphaned);
 }
 
 }  // namespace disc

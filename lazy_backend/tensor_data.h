@@ -4,13 +4,47 @@
 #pragma once
 #include <ATen/Tensor.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+
 #include "lowering/ir/node.h"
 
 namespace disc {
 
-struct TensorData : ir::Payload {
-  explicit TensorData(at::Tensor t) : tensor(std::move(t)) {}
-  at::Tensor tensor;
+// The tensor of a data leaf. A leaf made by make_data has it from the start;
+// one made by make_future_data is the result of a graph that a sync handed
+// to the graph worker (graph_worker.h): the worker fulfils it when the value
+// is final -- a loss as soon as it is computed, before the backward and the
+// update that follow it -- or the sync's recovery fails it with the error.
+class TensorData : public ir::Payload {
+ public:
+  explicit TensorData(at::Tensor t) : tensor_(std::move(t)), state_(kReady) {}
+  TensorData() : state_(kPending) {}
+
+  // The tensor, waiting while the graph computing it runs; rethrows the
+  // graph's error when it failed here.
+  const at::Tensor& get();
+  bool ready() const { return state() == kReady; }
+  // Fulfilled or failed. Both are no-ops once it is either.
+  bool resolved() const { return state() == kReady || state() == kFailed; }
+  void fulfil(at::Tensor t);
+  void fail(std::exception_ptr e);
+  // The graph failed before computing it: the next thread that waits for it
+  // asks the sync to recover the graph (set_future_settler), which fulfils
+  // or fails it.
+  void orphan();
+
+ private:
+  enum State : int { kPending, kReady, kFailed, kOrphaned };
+  State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
+  void set(State s);  // under mu_, wakes the waiters
+  at::Tensor tensor_;
+  std::exception_ptr error_;
+  std::atomic<int> state_;
+  std::mutex mu_;
+  std::condition_variable cv_;
 };
 
 ir::DType to_ir(at::ScalarType t);  // throws, naming the dtype, if unsupported
@@ -19,7 +53,19 @@ ir::TensorType type_of(const at::Tensor& t);
 
 // A leaf node holding `cpu` (which must not be mutated afterwards).
 ir::Value make_data(at::Tensor cpu);
-// The tensor a data leaf holds, or nullptr for other nodes.
+// A leaf of type `type` whose tensor a graph in flight will deliver.
+ir::Value make_future_data(ir::TensorType type);
+// The payload of a data leaf, or nullptr for other nodes.
+TensorData* payload_of(const ir::Node& n);
+// The tensor a data leaf holds (waiting for it if a graph computes it), or
+// nullptr for other nodes.
 const at::Tensor* data_of(const ir::Node& n);
+
+// Set by the sync: waits for the graph in flight and, if it failed, recovers
+// it, so that every future leaf is resolved afterwards.
+void set_future_settler(void (*settle)());
+// Marks the calling thread as the graph worker, which must never wait for a
+// future leaf (its inputs are resolved before it starts a graph).
+void mark_graph_worker_thread();
 
 }  // namespace disc

@@ -11,6 +11,9 @@ Ops on disc tensors are recorded into a graph that runs at sync points:
 ``.cpu()``, ``.item()``, ``.tolist()``, printing, :func:`sync`, and the end of
 every ``optimizer.step()``.
 """
+import atexit
+import warnings
+
 import torch
 
 # The extension registers kernels, allocator and hooks when it loads; the
@@ -31,16 +34,50 @@ _install_optimizer_hook()
 _install_autograd()
 _install_printing()
 
-__all__ = ["sync", "mark_step", "metrics", "graph_text", "explain", "compile_log"]
+
+def _finish_at_exit() -> None:
+    # The last graph may still run when the program ends: let it finish,
+    # and say so if it failed where nothing read its results.
+    try:
+        _C.wait()
+    except Exception as e:  # noqa: BLE001 - reported, not raised, at exit
+        warnings.warn(f"disc: the last graph failed after its results were last read: {e}")
 
 
-def sync(cause: str = "user") -> None:
+atexit.register(_finish_at_exit)
+
+__all__ = ["sync", "wait", "set_async", "mark_step", "metrics", "graph_text", "explain", "compile_log"]
+
+
+def sync(cause: str = "user", wait: bool = False) -> None:
     """Runs the pending graph of every live disc tensor.
 
+    The graph runs on the graph worker while Python goes on (as an
+    accelerator's queue does): each pending tensor's value arrives as soon
+    as it is computed, and reading one waits for it. ``wait=True`` returns
+    once the whole graph has run and raises its error, if any; otherwise a
+    failure is raised by the next read of a tensor it failed to compute or by
+    the next sync. ``DISC_ASYNC=0`` (or :func:`set_async`) runs graphs on
+    the calling thread instead.
+
     >>> y = torch.ones(2, device="disc") + 1
-    >>> torch_disc.sync()          # y is now computed; y.cpu() runs nothing
+    >>> torch_disc.sync()          # y is being computed; y.cpu() runs nothing
     """
     _C.sync(cause)
+    if wait:
+        _C.wait()
+
+
+def wait() -> None:
+    """Waits until the graph of the last sync has run; raises its error if it
+    failed and nothing has raised it yet."""
+    _C.wait()
+
+
+def set_async(on: bool) -> None:
+    """Graphs run on the graph worker (``True``, the default unless
+    ``DISC_ASYNC=0``) or on the thread that syncs (``False``)."""
+    _C.set_async(on)
 
 
 mark_step = sync

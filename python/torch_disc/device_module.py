@@ -31,8 +31,10 @@ def set_device(device) -> None:
 
 
 def synchronize(device=None) -> None:
-    """Runs all pending disc work (a sync with cause "synchronize")."""
+    """Runs all pending disc work (a sync with cause "synchronize") and waits
+    until it is done, as ``torch.cuda.synchronize`` does; raises its error."""
     _C.sync("synchronize")
+    _C.wait()
 
 
 def manual_seed(seed: int) -> None:

@@ -122,7 +122,7 @@ def item_of_a_reduction():
 
 def explicit_sync():
     x = torch.zeros(HUGE, device="disc").add_(1)  # noqa: F841 - pending while the sync runs
-    torch_disc.sync()
+    torch_disc.sync(wait=True)
 
 
 @pytest.mark.parametrize("materialize", [copy_to_cpu, item_of_a_reduction, explicit_sync],

@@ -1,0 +1,127 @@
+#include "lazy_backend/graph_worker.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <pthread.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "lazy_backend/tensor_data.h"
+
+namespace disc {
+
+namespace {
+
+bool async_from_env() {
+  const char* e = std::getenv("DISC_ASYNC");
+  return !(e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "false") == 0));
+}
+
+std::atomic<bool>& async_flag() {
+  static std::atomic<bool> on{async_from_env()};
+  return on;
+}
+
+class Worker {
+ public:
+  void submit(std::function<void()> work) {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return !work_; });
+    start_thread_locked();
+    work_ = std::move(work);
+    busy_ = true;
+    ready_.notify_one();
+  }
+
+  bool wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool had = busy_;
+    idle_.wait(lock, [&] { return !busy_; });
+    return had;
+  }
+
+  bool busy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return busy_;
+  }
+
+  // A forked child has no worker thread: the next submit starts one. The
+  // parent waits before forking, so no graph is in flight in the copy.
+  void after_fork_in_child() {
+    new (&mu_) std::mutex();
+    new (&ready_) std::condition_variable();
+    new (&idle_) std::condition_variable();
+    started_ = false;
+    busy_ = false;
+    work_ = nullptr;
+  }
+
+ private:
+  void start_thread_locked() {
+    if (started_) return;
+    started_ = true;
+    std::thread([this] { loop(); }).detach();
+  }
+
+  void loop() {
+    mark_graph_worker_thread();
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ready_.wait(lock, [&] { return static_cast<bool>(work_); });
+      std::function<void()> work = work_;
+      lock.unlock();
+      work();  // catches its own errors (sync.cpp)
+      work = nullptr;  // drops what it holds here, not under the lock
+      lock.lock();
+      work_ = nullptr;
+      busy_ = false;
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable ready_, idle_;
+  std::function<void()> work_;
+  bool started_ = false, busy_ = false;
+};
+
+Worker& worker() {
+  // Leaked on purpose: its detached thread may outlive static destruction.
+  static Worker* w = [] {
+    auto* created = new Worker();
+    pthread_atfork([] { wait_for_worker(); }, nullptr, [] { worker().after_fork_in_child(); });
+    // Kernels and allocators the work uses are statics: finish first.
+    std::atexit([] { wait_for_worker(); });
+    return created;
+  }();
+  return *w;
+}
+
+}  // namespace
+
+bool async_enabled() { return async_flag().load(); }
+
+void set_async_enabled(bool on) {
+  wait_for_worker();
+  async_flag() = on;
+}
+
+void run_on_worker(std::function<void()> work) {
+  at::ThreadLocalState state;  // the syncing thread's grad mode and dispatch state
+  worker().submit([state = std::move(state), work = std::move(work)] {
+    at::ThreadLocalStateGuard guard(state);
+    // OpenMP's thread count is per calling thread: give this one the
+    // process's setting (torch.set_num_threads), as ATen's own workers do.
+    at::init_num_threads();
+    work();
+  });
+}
+
+bool wait_for_worker() { return worker().wait(); }
+bool worker_busy() { return worker().busy(); }
+
+}  // namespace disc
