@@ -1,0 +1,160 @@
+"""Graphs run on the graph worker (lazy_backend/graph_worker.h).
+
+A sync hands its graph to the worker and returns; every pending tensor's
+value becomes a future that a read waits for, delivered as soon as it is
+final (a loss before the backward and the update that follow it). The
+results are the same as running on the syncing thread (``set_async(False)``),
+bit for bit; a failure surfaces at the next read of a tensor it failed to
+compute, at ``torch_disc.wait()`` or at the next sync, which does its own
+work first; the host's CPU random numbers are never touched by a graph;
+forking waits for the graph in flight.
+"""
+import multiprocessing
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_disc
+from test_host_cache import mlp_steps
+
+
+@pytest.fixture
+def synchronous():
+    """Graphs run on the syncing thread for the test; restored after."""
+    torch_disc.set_async(False)
+    yield
+    torch_disc.set_async(True)
+
+
+def test_async_is_the_default():
+    assert torch_disc._C.is_async()
+
+
+def test_async_and_synchronous_runs_give_the_same_bits():
+    losses_async, model_async = mlp_steps(4)
+    torch_disc.set_async(False)
+    try:
+        losses_sync, model_sync = mlp_steps(4)
+    finally:
+        torch_disc.set_async(True)
+    assert losses_async == losses_sync
+    for a, b in zip(model_async.parameters(), model_sync.parameters()):
+        assert torch.equal(a.detach().cpu(), b.detach().cpu())
+
+
+def test_the_loss_is_delivered_before_the_rest_of_its_graph():
+    per_step = []
+    mlp_steps(4, per_step=per_step)
+    # A step's graph has 13 outputs: the loss (computed right after the
+    # forward: single elements come first), 4 gradients, 4 momentum buffers
+    # and 4 parameters. All but the last update kernel's two are delivered
+    # before the graph's last step.
+    assert [c["graphs_run"] for c in per_step] == [1, 1, 1, 1]
+    assert [c["async.early_outputs"] for c in per_step[1:]] == [11, 11, 11]
+    assert all(c.get("fallbacks", 0) == 0 for c in per_step)
+
+
+def test_a_failure_surfaces_at_the_next_sync_after_its_own_work(counters):
+    x = torch.randn(5)
+    bad = x.to("disc").index_select(0, torch.tensor([0, 7]).to("disc"))  # 7 is out of range
+    torch_disc.sync()  # hands the graph over: nothing to raise yet
+    good = torch.ones(3, device="disc") + 1
+    with pytest.raises(IndexError, match="index out of range"):
+        torch_disc.sync()  # raises the earlier graph's error...
+    assert not torch_disc._C.is_pending(good)  # ...after handing over its own
+    assert good.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] == 1
+    torch_disc.wait()  # raised once: nothing left to raise
+    with pytest.raises(IndexError, match="index out of range"):
+        bad.cpu()  # reading the failed tensor runs it again
+    del bad
+
+
+def test_wait_raises_the_failure_once():
+    bad = torch.randn(5).to("disc").index_select(0, torch.tensor([9]).to("disc"))
+    torch_disc.sync()
+    with pytest.raises(IndexError):
+        torch_disc.wait()
+    torch_disc.wait()
+    torch_disc.sync(wait=True)
+    del bad
+
+
+def test_a_read_of_a_result_raises_its_own_failure_only():
+    bad = torch.randn(5).to("disc").index_select(0, torch.tensor([9]).to("disc"))
+    good = torch.arange(3.0).to("disc") * 2
+    torch_disc.sync()
+    assert good.cpu().tolist() == [0.0, 2.0, 4.0]  # its part ran again on its own
+    with pytest.raises(IndexError):
+        bad.cpu()
+    del bad
+
+
+def test_synchronous_mode_raises_at_the_sync(synchronous):
+    bad = torch.randn(5).to("disc").index_select(0, torch.tensor([9]).to("disc"))
+    with pytest.raises(IndexError):
+        torch_disc.sync()
+    del bad
+
+
+def test_graphs_leave_the_hosts_cpu_generator_alone(counters):
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    noise = torch.rand(1000, device="disc")  # uniform_: a generator of its own
+    torch_disc.sync(wait=True)
+    assert torch.equal(torch.rand(4), expected)
+    assert counters().get("replay.global_generator", 0) == 0
+    assert noise.cpu().min() >= 0.0
+
+
+def test_dropout_is_reproducible_from_the_disc_seed(counters):
+    # native_dropout has no generator argument: its replay reseeds the CPU
+    # generator and restores it (counted).
+    def run():
+        torch_disc._C.manual_seed(7)
+        return F.dropout(torch.ones(256, device="disc"), 0.5, training=True).cpu()
+
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    a, b = run(), run()
+    assert torch.equal(a, b) and 0 < int((a == 0).sum()) < 256
+    assert torch.equal(torch.rand(4), expected)
+    assert counters()["replay.global_generator"] == 2
+
+
+def _child_works_on_the_cpu(queue):
+    queue.put(float(torch.arange(4.0).sum()))
+
+
+def test_forking_while_a_graph_runs_leaves_parent_and_child_working():
+    # A DataLoader worker forks while the training step's graph runs: the
+    # parent waits for the graph first, so the child holds no half-done
+    # state, and the parent goes on. (Running disc graphs in a forked child
+    # is not supported, as with CUDA.)
+    big = torch.randn(512, 512, device="disc")
+    for _ in range(8):
+        big = big @ big / 512
+    torch_disc.sync()  # likely still running when the process forks
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_works_on_the_cpu, args=(queue,))
+    child.start()
+    assert queue.get(timeout=60) == 6.0
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert torch.isfinite(big.cpu()).all()
+    losses, _ = mlp_steps(2)
+    assert len(losses) == 2
+
+
+def test_metrics_include_the_graph_in_flight(counters):
+    x = torch.randn(256, 256, device="disc")
+    before = counters()["graphs_run"]
+    (x @ x).relu_()
+    torch_disc.sync()
+    assert counters()["graphs_run"] == before + 1  # metrics waits for the worker
+    assert os.environ.get("DISC_ASYNC", "1") != "0"
