@@ -2,9 +2,16 @@
 
 Step time: one SGD (momentum 0.9) step of the example MLP and CNN on a fixed
 random batch that already lives on the device, so the number is the step
-itself without input transfer.  Each timed step ends with ``loss.item()``,
-which waits for the device to finish.  Reported: median over ``--steps``
-after ``--warmup`` steps, and the speedup over CPU eager (eager ms / ms).
+itself without input transfer.  Each timed step ends with ``loss.item()``.
+On ``disc`` the step's graph runs on the graph worker (``DISC_ASYNC``):
+``loss.item()`` waits for the loss, which the graph computes first, and the
+next step's Python runs while the backward and the update still compute,
+as on an accelerator; the steady-state time per step is then the
+throughput.  That uses one core more than ``--threads`` says.  ``disc-sync``
+runs the same with graphs on the syncing thread (``DISC_ASYNC=0``), where
+``loss.item()`` returns after the whole step.  Reported: median over
+``--steps`` after ``--warmup`` steps, and the speedup over CPU eager (eager
+ms / ms).
 
 torch.compile runs in a subprocess with ``--compile-timeout`` because a slow
 or broken compiler must not hang or crash the whole benchmark ('n/a').
@@ -205,7 +212,7 @@ def markdown(rows, trace):
 def run(args):
     """Run all measurements; returns the JSON-ready result dict."""
     disc, disc_error = None, None
-    if "disc" in args.devices:
+    if {"disc", "disc-sync"} & set(args.devices):
         try:
             import torch_disc as disc
         except Exception as exc:  # not built yet, or broken: report, don't abort
@@ -222,14 +229,18 @@ def run(args):
                         times = time_steps(model, "cpu", lambda: None, args.steps,
                                            args.warmup, args.batch_size)
                     row["memory"] = mem.as_dict()
-                elif dev == "disc":
+                elif dev in ("disc", "disc-sync"):
                     if disc is None:
                         raise disc_error
                     info = {}
-                    with PeakRSS() as mem:
-                        times = time_steps(model, "disc", disc.sync, args.steps,
-                                           args.warmup, args.batch_size,
-                                           counters=disc.metrics.counters, info=info)
+                    disc.set_async(dev == "disc")
+                    try:
+                        with PeakRSS() as mem:
+                            times = time_steps(model, "disc", disc.sync, args.steps,
+                                               args.warmup, args.batch_size,
+                                               counters=disc.metrics.counters, info=info)
+                    finally:
+                        disc.set_async(True)
                     row.update(disc_stats(info, args.steps), memory=mem.as_dict())
                 else:  # compiled on CPU
                     row["device"] = f"cpu+{args.compile_backend}"
@@ -280,8 +291,9 @@ def run(args):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="MNIST step-time and tracing benchmark")
     p.add_argument("--models", type=lambda s: s.split(","), default=["mlp", "cnn"])
-    p.add_argument("--devices", type=lambda s: s.split(","), default=["cpu", "disc", "compile"],
-                   help="comma list of cpu, disc, compile (default: all)")
+    p.add_argument("--devices", type=lambda s: s.split(","),
+                   default=["cpu", "disc", "disc-sync", "compile"],
+                   help="comma list of cpu, disc, disc-sync, compile (default: all)")
     p.add_argument("--steps", type=int, default=None,
                    help=f"timed steps (median; default {DEFAULTS['steps']})")
     p.add_argument("--warmup", type=int, default=None,
@@ -301,7 +313,7 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench_mnist.json")
     p.add_argument("--compiled-worker", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    unknown = set(args.devices) - {"cpu", "disc", "compile"}
+    unknown = set(args.devices) - {"cpu", "disc", "disc-sync", "compile"}
     if unknown:
         p.error(f"unknown devices: {', '.join(sorted(unknown))}")
     for key, value in (QUICK if args.quick else DEFAULTS).items():
