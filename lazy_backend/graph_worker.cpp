@@ -100,7 +100,7 @@ class Worker {
     constexpr int64_t kSpinUs = 300;
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
     while (!has_work_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
-      for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
+      cpu_relax();
   }
   std::atomic<bool> has_work_{false};
 

@@ -6,6 +6,7 @@
 // thread that syncs instead.
 #pragma once
 #include <functional>
+#include <thread>
 
 namespace disc {
 
@@ -23,5 +24,15 @@ void run_on_worker(std::function<void()> work);
 bool wait_for_worker();
 // Whether the worker is running work now.
 bool worker_busy();
+
+// One beat of a polling loop: a pause that keeps the core awake without
+// hogging the pipeline (a yield where there is no such instruction).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
 
 }  // namespace disc

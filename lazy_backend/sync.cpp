@@ -1,5 +1,6 @@
 // The sync, after torch_xla's SyncTensorsGraph: collect -> build and hash
-// -> look up or compile -> run -> bind results. Each step is one call.
+// -> look up or compile -> settle the previous graph -> launch (bind future
+// results, run on the graph worker). Each step is one call.
 #include "lazy_backend/sync.h"
 
 #include <cstdio>

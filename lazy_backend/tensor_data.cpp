@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "lazy_backend/graph_worker.h"
 #include "lazy_backend/metrics.h"
 
 namespace disc {
@@ -90,7 +91,7 @@ const at::Tensor& TensorData::get() {
       constexpr int64_t kSpinUs = 1000;
       const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
       while (state() == kPending && std::chrono::steady_clock::now() < spin_until)
-        for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
+        cpu_relax();
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return state() != kPending; });
     }
