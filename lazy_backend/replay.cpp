@@ -42,6 +42,8 @@ bool needs_flat_storage(uint32_t op) {
   return op == a || op == b;
 }
 
+// The seed of a random node: the disc generator's (seed, offset) when it was
+// traced, mixed into one number.
 uint64_t node_seed(const ir::Node& n) {
   const uint64_t seed = static_cast<uint64_t>(n.runtime[n.rng_runtime].i);
   const uint64_t offset = static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i);
