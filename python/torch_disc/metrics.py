@@ -59,7 +59,10 @@ def report() -> str:
         ("cache hits / misses", f"{c['cache_hits']} / {c['cache_misses']}"),
         ("hashing", f"{c['hash_ns'] / 1e6:.1f} ms"),
         ("compiling", f"{c['compile_ns'] / 1e6:.1f} ms"),
-        ("executing", f"{c['execute_ns'] / 1e6:.1f} ms"),
+        ("executing", f"{c['execute_ns'] / 1e6:.1f} ms"
+                      + (" (graph worker, beside tracing)" if _C.is_async() else "")),
+        ("reads that waited", "{} ({} results delivered early)".format(
+            c.get("async.host_waits", 0), c.get("async.early_outputs", 0))),
         ("kernels launched", "{} (fused {} / library {} / aten {})".format(
             c.get("kernels_launched", 0), c.get("launches.fused", 0),
             c.get("launches.library", 0), c.get("launches.aten", 0))),
