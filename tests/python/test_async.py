@@ -6,8 +6,8 @@ final (a loss before the backward and the update that follow it). The
 results are the same as running on the syncing thread (``set_async(False)``),
 bit for bit; a failure surfaces at the next read of a tensor it failed to
 compute, at ``torch_disc.wait()`` or at the next sync, which does its own
-work first; the host's CPU random numbers are never touched by a graph;
-forking waits for the graph in flight.
+work first; random ops that take a generator never touch the host's CPU
+generator; forking waits for the graph in flight.
 """
 import multiprocessing
 import os
@@ -20,25 +20,38 @@ import torch_disc
 from test_host_cache import mlp_steps
 
 
+@pytest.fixture(autouse=True)
+def on_the_worker():
+    """Each test starts with graphs on the worker, and leaves the setting
+    as it found it (DISC_ASYNC may have turned it off for the run)."""
+    before = torch_disc._C.is_async()
+    torch_disc.set_async(True)
+    yield
+    torch_disc.set_async(before)
+
+
 @pytest.fixture
 def synchronous():
-    """Graphs run on the syncing thread for the test; restored after."""
+    """Graphs run on the syncing thread for the test."""
     torch_disc.set_async(False)
-    yield
-    torch_disc.set_async(True)
 
 
-def test_async_is_the_default():
-    assert torch_disc._C.is_async()
+def test_async_is_the_default_unless_turned_off():
+    import subprocess
+    import sys
+    code = "import torch_disc; print(torch_disc._C.is_async())"
+    env = {k: v for k, v in os.environ.items() if k != "DISC_ASYNC"}
+    for value, expected in ((None, "True"), ("0", "False"), ("false", "False"), ("1", "True")):
+        if value is not None:
+            env["DISC_ASYNC"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.stdout.strip() == expected, (value, out.stderr[-500:])
 
 
 def test_async_and_synchronous_runs_give_the_same_bits():
     losses_async, model_async = mlp_steps(4)
     torch_disc.set_async(False)
-    try:
-        losses_sync, model_sync = mlp_steps(4)
-    finally:
-        torch_disc.set_async(True)
+    losses_sync, model_sync = mlp_steps(4)
     assert losses_async == losses_sync
     for a, b in zip(model_async.parameters(), model_sync.parameters()):
         assert torch.equal(a.detach().cpu(), b.detach().cpu())
@@ -157,4 +170,3 @@ def test_metrics_include_the_graph_in_flight(counters):
     (x @ x).relu_()
     torch_disc.sync()
     assert counters()["graphs_run"] == before + 1  # metrics waits for the worker
-    assert os.environ.get("DISC_ASYNC", "1") != "0"
