@@ -233,6 +233,7 @@ def run(args):
                     if disc is None:
                         raise disc_error
                     info = {}
+                    was_async = disc._C.is_async()
                     disc.set_async(dev == "disc")
                     try:
                         with PeakRSS() as mem:
@@ -240,7 +241,7 @@ def run(args):
                                                args.warmup, args.batch_size,
                                                counters=disc.metrics.counters, info=info)
                     finally:
-                        disc.set_async(True)
+                        disc.set_async(was_async)
                     row.update(disc_stats(info, args.steps), memory=mem.as_dict())
                 else:  # compiled on CPU
                     row["device"] = f"cpu+{args.compile_backend}"

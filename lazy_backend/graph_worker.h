@@ -5,6 +5,8 @@
 // pool: DISC_ASYNC=0 (or torch_disc.set_async(False)) runs graphs on the
 // thread that syncs instead.
 #pragma once
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <thread>
 
@@ -25,14 +27,20 @@ bool wait_for_worker();
 // Whether the worker is running work now.
 bool worker_busy();
 
-// One beat of a polling loop: a pause that keeps the core awake without
-// hogging the pipeline (a yield where there is no such instruction).
-inline void cpu_relax() {
+// Polls `done` for up to `us` microseconds, pausing between looks (a pause
+// keeps the core awake without hogging the pipeline; a yield where there is
+// no such instruction). Returns done().
+template <class Done>
+bool poll_for(int64_t us, Done done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (!done() && std::chrono::steady_clock::now() < until) {
 #if defined(__x86_64__) || defined(__i386__)
-  for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
+    for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
 #else
-  std::this_thread::yield();
+    std::this_thread::yield();
 #endif
+  }
+  return done();
 }
 
 }  // namespace disc

@@ -85,12 +85,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("is_async", &async_enabled);
   // What the worker is running is counted too once it is done.
   m.def("metrics", [] {
-    {
-      py::gil_scoped_release nogil;
-      wait_for_worker();
-    }
+    wait_for_worker();
     return metrics::snapshot();
-  });
+  }, py::call_guard<py::gil_scoped_release>());
   m.def("reset_metrics", [] {
     wait_for_worker();  // so that the running graph's counts land before, not after
     metrics::reset();
@@ -128,15 +125,12 @@ PYBIND11_MODULE(_C, m) {
     clear_packed_weights();
   }, "Pre-packed GEMM weights on / off; drops the packed ones");
   m.def("host_cache_stats", [] {
-    {
-      py::gil_scoped_release nogil;
-      wait_for_worker();  // the blocks the running graph holds are not idle yet
-    }
+    wait_for_worker();  // the blocks the running graph holds are not idle yet
     const HostCacheStats s = host_cache_stats();
     return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
                                           {"in_use_bytes", s.in_use_bytes},
                                           {"idle_blocks", s.idle_blocks}};
-  });
+  }, py::call_guard<py::gil_scoped_release>());
   m.def("empty_host_cache", [] {
     wait_for_worker();
     return empty_host_cache();

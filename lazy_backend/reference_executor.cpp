@@ -33,14 +33,12 @@ class ReferenceExecutable final : public Executable {
       const ir::GraphNode& gn = g.nodes[k];
       if (gn.param >= 0) {
         values[k] = {param_tensor(*gn.node)};
-        if (publish)
-          for (size_t o : outputs_of_[k]) publish(o, values[k][g.outputs[o].index]);
-        continue;
+      } else {
+        std::vector<at::Tensor> ins;
+        ins.reserve(gn.inputs.size());
+        for (const ir::GraphRef& r : gn.inputs) ins.push_back(values[r.node][r.index]);
+        values[k] = replay(*ops_[k], *gn.node, std::move(ins));
       }
-      std::vector<at::Tensor> ins;
-      ins.reserve(gn.inputs.size());
-      for (const ir::GraphRef& r : gn.inputs) ins.push_back(values[r.node][r.index]);
-      values[k] = replay(*ops_[k], *gn.node, std::move(ins));
       // Inputs are cloned before an op writes them, so a value is final as
       // soon as its node has run.
       if (publish)

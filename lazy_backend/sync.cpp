@@ -144,14 +144,6 @@ std::vector<std::vector<size_t>> independent_parts(const ir::Graph& g) {
   return parts;
 }
 
-// Data leaves that are some live storage's value now.
-std::unordered_set<const ir::Node*> kept_now() {
-  std::unordered_set<const ir::Node*> kept;
-  for (LazyStorage* s : live_storages())
-    if (!s->pending() && s->value()) kept.insert(s->value().node.get());
-  return kept;
-}
-
 // A graph that failed to run (out of memory, an index out of range that
 // only the data shows): each independent part runs on its own, so unrelated
 // work still gets its values, and the results of the parts that fail carry
@@ -170,7 +162,7 @@ void recover(Launch& l) {
       try {
         std::vector<ir::Value> roots;
         for (size_t k : part) roots.push_back(l.roots[k]);
-        ir::Graph g = build_and_hash(roots, kept_now());
+        ir::Graph g = build_and_hash(roots, collect_pending().kept);
         std::vector<at::Tensor> out = lookup_or_compile(g)->run(g, nullptr);
         for (size_t j = 0; j < part.size(); ++j) payload_of(*l.results[part[j]].node)->fulfil(out[j]);
         continue;

@@ -2,9 +2,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <chrono>
-#include <thread>
-
 #include "lazy_backend/graph_worker.h"
 #include "lazy_backend/metrics.h"
 
@@ -89,9 +86,7 @@ const at::Tensor& TensorData::get() {
       // within a millisecond of its graph's start, and a thread asleep on
       // a condition variable takes ~50 us more to wake on a VM.
       constexpr int64_t kSpinUs = 1000;
-      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
-      while (state() == kPending && std::chrono::steady_clock::now() < spin_until)
-        cpu_relax();
+      poll_for(kSpinUs, [&] { return state() != kPending; });
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return state() != kPending; });
     }
