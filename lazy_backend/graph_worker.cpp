@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -31,24 +32,29 @@ class Worker {
  public:
   void submit(std::function<void()> work) {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return !work_; });
+    idle_.wait(lock, [&] { return outstanding_ < kMaxOutstanding; });
     start_thread_locked();
-    work_ = std::move(work);
-    busy_ = true;
+    queue_.push_back(std::move(work));
+    ++outstanding_;
     has_work_.store(true, std::memory_order_release);
     ready_.notify_one();
   }
 
   bool wait() {
     std::unique_lock<std::mutex> lock(mu_);
-    const bool had = busy_;
-    idle_.wait(lock, [&] { return !busy_; });
+    const bool had = outstanding_ > 0;
+    idle_.wait(lock, [&] { return outstanding_ == 0; });
     return had;
+  }
+
+  void wait_for_room() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return outstanding_ < kMaxOutstanding; });
   }
 
   bool busy() {
     std::lock_guard<std::mutex> lock(mu_);
-    return busy_;
+    return outstanding_ > 0;
   }
 
   // A forked child has no worker thread: the next submit starts one. The
@@ -58,8 +64,8 @@ class Worker {
     new (&ready_) std::condition_variable();
     new (&idle_) std::condition_variable();
     started_ = false;
-    busy_ = false;
-    work_ = nullptr;
+    outstanding_ = 0;
+    queue_.clear();
   }
 
  private:
@@ -73,20 +79,20 @@ class Worker {
     mark_graph_worker_thread();
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      if (!work_) {
+      if (queue_.empty()) {
         lock.unlock();
         spin_for_work();
         lock.lock();
       }
-      ready_.wait(lock, [&] { return static_cast<bool>(work_); });
-      std::function<void()> work = work_;
+      ready_.wait(lock, [&] { return !queue_.empty(); });
+      std::function<void()> work = std::move(queue_.front());
+      queue_.pop_front();
+      has_work_.store(!queue_.empty(), std::memory_order_relaxed);
       lock.unlock();
       work();  // catches its own errors (sync.cpp)
       work = nullptr;  // drops what it holds here, not under the lock
       lock.lock();
-      work_ = nullptr;
-      busy_ = false;
-      has_work_.store(false, std::memory_order_relaxed);
+      --outstanding_;
       idle_.notify_all();
     }
   }
@@ -103,8 +109,15 @@ class Worker {
 
   std::mutex mu_;
   std::condition_variable ready_, idle_;
-  std::function<void()> work_;
-  bool started_ = false, busy_ = false;
+  // Two graphs at most: the one running and the next, handed over while it
+  // runs, so the worker goes from one to the next without waiting for the
+  // host (a step synced in two parts, forward then backward, hands over
+  // its forward while the previous backward still runs). More would only
+  // let the host run further ahead of results it must wait for anyway.
+  static constexpr int kMaxOutstanding = 2;
+  std::deque<std::function<void()>> queue_;
+  int outstanding_ = 0;  // queued + running
+  bool started_ = false;
 };
 
 Worker& worker() {
@@ -140,6 +153,7 @@ void run_on_worker(std::function<void()> work) {
 }
 
 bool wait_for_worker() { return worker().wait(); }
+void wait_for_room() { worker().wait_for_room(); }
 bool worker_busy() { return worker().busy(); }
 
 }  // namespace disc

@@ -1,6 +1,6 @@
-// The graph worker: one thread that runs the graphs syncs hand it, one at a
-// time, so that the host traces the next step while this one computes -- a
-// lazy-tensor device's asynchronous execution, as torch_xla's on an
+// The graph worker: one thread that runs the graphs syncs hand it, in
+// order, one at a time, so that the host traces the next step while this
+// one computes -- a lazy-tensor device's asynchronous execution, as torch_xla's on an
 // accelerator. On a CPU "device" it takes one more thread than the intra-op
 // pool: DISC_ASYNC=0 (or torch_disc.set_async(False)) runs graphs on the
 // thread that syncs instead.
@@ -16,14 +16,17 @@ namespace disc {
 bool async_enabled();
 void set_async_enabled(bool on);
 
-// Runs `work` on the worker. Waits first for the previous work to finish:
-// at most one graph is in flight, so a failure is known before the next
-// graph, which reads its results, starts. The caller's thread-local ATen
-// state (grad mode, intra-op threads) is the work's.
+// Queues `work` for the worker, which runs its work in order, one at a
+// time. Waits first while two are queued or running: the host hands over
+// the next graph while the previous one runs, and runs at most that far
+// ahead. The caller's thread-local ATen state (grad mode, intra-op threads)
+// is the work's.
 void run_on_worker(std::function<void()> work);
 
 // Waits until the worker has finished its work (true if there was any).
 bool wait_for_worker();
+// Waits until run_on_worker would not wait: all but the newest work done.
+void wait_for_room();
 // Whether the worker is running work now.
 bool worker_busy();
 

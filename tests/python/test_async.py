@@ -69,20 +69,40 @@ def test_the_loss_is_delivered_before_the_rest_of_its_graph():
     assert all(c.get("fallbacks", 0) == 0 for c in per_step)
 
 
-def test_a_failure_surfaces_at_the_next_sync_after_its_own_work(counters):
+def test_a_failure_surfaces_at_the_second_sync_after_its_own_work(counters):
     x = torch.randn(5)
     bad = x.to("disc").index_select(0, torch.tensor([0, 7]).to("disc"))  # 7 is out of range
     torch_disc.sync()  # hands the graph over: nothing to raise yet
     good = torch.ones(3, device="disc") + 1
+    torch_disc.sync()  # may find the failing graph still running: never raises
+    later = torch.ones(2, device="disc") * 3
     with pytest.raises(IndexError, match="index out of range"):
         torch_disc.sync()  # raises the earlier graph's error...
-    assert not torch_disc._C.is_pending(good)  # ...after handing over its own
-    assert good.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert not torch_disc._C.is_pending(later)  # ...after handing over its own
+    assert good.cpu().tolist() == [2.0, 2.0, 2.0]  # it read nothing the failure lost
+    assert later.cpu().tolist() == [3.0, 3.0]
     assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] == 1
+    assert counters().get("async.skipped_launches", 0) == 0
     torch_disc.wait()  # raised once: nothing left to raise
     with pytest.raises(IndexError, match="index out of range"):
         bad.cpu()  # reading the failed tensor runs it again
     del bad
+
+
+def test_a_graph_reading_a_failed_result_is_recovered_after_it(counters):
+    bad = torch.randn(5).to("disc").index_select(0, torch.tensor([9]).to("disc"))
+    torch_disc.sync()
+    dep = bad * 2  # reads the result the failing graph never delivers
+    free = torch.ones(2, device="disc") + 1
+    torch_disc.sync()  # queued behind the failing graph: the worker skips it
+    with pytest.raises(IndexError):
+        torch_disc.wait()  # the first failure; then the skipped graph reruns here
+    assert counters()["async.skipped_launches"] == 1
+    assert counters()["failed_syncs"] == 1
+    assert free.cpu().tolist() == [2.0, 2.0]  # its part did not need the lost result
+    with pytest.raises(IndexError):
+        dep.cpu()
+    del bad, dep
 
 
 def test_wait_raises_the_failure_once():
