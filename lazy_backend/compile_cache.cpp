@@ -49,8 +49,8 @@ std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
 
 }  // namespace
 
-std::shared_ptr<Executable> CompileCache::get_or_compile(const ir::Graph& graph, Executor& executor,
-                                         bool* hit) {
+std::shared_ptr<Executable> CompileCache::get_or_compile(const ir::Graph& graph,
+                                                         Executor& executor, bool* hit) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Entry>& bucket = entries_[graph.hash];
   for (Entry& e : bucket) {

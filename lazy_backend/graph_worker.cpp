@@ -32,7 +32,7 @@ class Worker {
  public:
   void submit(std::function<void()> work) {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return outstanding_ < kMaxOutstanding; });
+    wait_for_room_locked(lock);
     start_thread_locked();
     queue_.push_back(std::move(work));
     ++outstanding_;
@@ -49,7 +49,7 @@ class Worker {
 
   void wait_for_room() {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return outstanding_ < kMaxOutstanding; });
+    wait_for_room_locked(lock);
   }
 
   bool busy() {
@@ -69,6 +69,10 @@ class Worker {
   }
 
  private:
+  void wait_for_room_locked(std::unique_lock<std::mutex>& lock) {
+    idle_.wait(lock, [&] { return outstanding_ < kMaxOutstanding; });
+  }
+
   void start_thread_locked() {
     if (started_) return;
     started_ = true;
@@ -110,10 +114,10 @@ class Worker {
   std::mutex mu_;
   std::condition_variable ready_, idle_;
   // Two graphs at most: the one running and the next, handed over while it
-  // runs, so the worker goes from one to the next without waiting for the
-  // host (a step synced in two parts, forward then backward, hands over
-  // its forward while the previous backward still runs). More would only
-  // let the host run further ahead of results it must wait for anyway.
+  // runs (the next step's, while this step's backward and update still
+  // compute), so the worker goes from one to the next without waiting for
+  // the host. More would only let the host run further ahead of results it
+  // must wait for anyway.
   static constexpr int kMaxOutstanding = 2;
   std::deque<std::function<void()>> queue_;
   int outstanding_ = 0;  // queued + running

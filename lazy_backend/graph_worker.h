@@ -1,7 +1,7 @@
 // The graph worker: one thread that runs the graphs syncs hand it, in
 // order, one at a time, so that the host traces the next step while this
-// one computes -- a lazy-tensor device's asynchronous execution, as torch_xla's on an
-// accelerator. On a CPU "device" it takes one more thread than the intra-op
+// one computes -- a lazy-tensor device's asynchronous execution, as
+// torch_xla's on an accelerator. On a CPU "device" it takes one more thread than the intra-op
 // pool: DISC_ASYNC=0 (or torch_disc.set_async(False)) runs graphs on the
 // thread that syncs instead.
 #pragma once

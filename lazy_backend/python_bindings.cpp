@@ -69,6 +69,17 @@ bool is_pending(const at::Tensor& t) {
 
 at::Generator& mutable_generator() { return default_disc_generator(); }
 
+// `f` run once the graph worker has finished: what it reports or frees then
+// includes the graphs that were still running (their counters, the blocks
+// they held).
+template <class F>
+auto after_worker(F f) {
+  return [f] {
+    wait_for_worker();
+    return f();
+  };
+}
+
 }  // namespace
 }  // namespace disc
 
@@ -83,15 +94,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_async", &set_async_enabled, py::call_guard<py::gil_scoped_release>(),
         "Graphs run on the graph worker (True) or on the syncing thread");
   m.def("is_async", &async_enabled);
-  // What the worker is running is counted too once it is done.
-  m.def("metrics", [] {
-    wait_for_worker();
-    return metrics::snapshot();
-  }, py::call_guard<py::gil_scoped_release>());
-  m.def("reset_metrics", [] {
-    wait_for_worker();  // so that the running graph's counts land before, not after
-    metrics::reset();
-  }, py::call_guard<py::gil_scoped_release>());
+  m.def("metrics", after_worker(&metrics::snapshot), py::call_guard<py::gil_scoped_release>());
+  m.def("reset_metrics", after_worker(&metrics::reset), py::call_guard<py::gil_scoped_release>());
   m.def("compile_cache_size", &compile_cache_size);
   m.def("clear_compile_cache", &clear_compile_cache);
   m.def("compile_log", [] {
@@ -124,21 +128,16 @@ PYBIND11_MODULE(_C, m) {
     set_prepack(on);
     clear_packed_weights();
   }, "Pre-packed GEMM weights on / off; drops the packed ones");
-  m.def("host_cache_stats", [] {
-    wait_for_worker();  // the blocks the running graph holds are not idle yet
+  m.def("host_cache_stats", after_worker([] {
     const HostCacheStats s = host_cache_stats();
     return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
                                           {"in_use_bytes", s.in_use_bytes},
                                           {"idle_blocks", s.idle_blocks}};
-  }, py::call_guard<py::gil_scoped_release>());
-  m.def("empty_host_cache", [] {
-    wait_for_worker();
-    return empty_host_cache();
-  }, py::call_guard<py::gil_scoped_release>(), "Frees the idle cached host blocks; bytes freed");
-  m.def("packed_weights", [] {
-    wait_for_worker();
-    return packed_weights_size();
-  }, py::call_guard<py::gil_scoped_release>(), "How many packed weights are cached");
+  }), py::call_guard<py::gil_scoped_release>());
+  m.def("empty_host_cache", after_worker(&empty_host_cache), py::call_guard<py::gil_scoped_release>(),
+        "Frees the idle cached host blocks; bytes freed");
+  m.def("packed_weights", after_worker(&packed_weights_size), py::call_guard<py::gil_scoped_release>(),
+        "How many packed weights are cached");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
   m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
   m.def("is_pending", &is_pending);

@@ -3,8 +3,8 @@
 // (bind future results, run on the graph worker). Each step is one call.
 #include "lazy_backend/sync.h"
 
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <unordered_map>
@@ -281,8 +281,9 @@ std::exception_ptr launch(const Pending& pending, ir::Graph graph, std::shared_p
 }
 
 // Runs the pending graph; true when it had to be compiled. The graph is
-// built and compiled while the previous one may still run; a failure of the
-// previous one is raised here, after this sync has done its own work.
+// built and compiled while earlier ones may still run; an earlier one's
+// failure is raised here (older_launch_failed), after this sync has done
+// its own work.
 bool sync_locked(const std::string& cause, const std::string& where) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().syncs++;
@@ -296,7 +297,6 @@ bool sync_locked(const std::string& cause, const std::string& where) {
   } else {
     ir::Graph graph = build_and_hash(pending.roots, pending.kept);
     std::shared_ptr<Executable> exe = lookup_or_compile(graph);
-    // An earlier graph's failure is raised here, after this sync's own work.
     if (!async_enabled() || older_launch_failed()) error = settle();
     if (error) {  // the recovery parked buffers: this sync's graph changed
       pending = collect_pending();
