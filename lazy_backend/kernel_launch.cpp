@@ -11,9 +11,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
+
+#include "lazy_backend/tensor_data.h"
 
 namespace disc {
 
@@ -36,25 +39,28 @@ MemRef1D<char> buffer(T* data, int64_t n) {
 int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn fn,
                             const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
                             const std::vector<at::Tensor>& into) {
+  // Small vectors throughout: a launch costs a handful of heap allocations
+  // otherwise, and an MLP step has a dozen launches on the graph worker.
   const uint32_t R = spec.rank;
   // The iteration space in this graph, padded with leading 1s to the rank.
-  std::vector<int64_t> sizes = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
-  sizes.insert(sizes.begin(), R - std::min<size_t>(R, sizes.size()), 1);
+  const std::vector<int64_t>& space = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
+  c10::SmallVector<int64_t, 8> sizes(R - std::min<size_t>(R, space.size()), 1);
+  sizes.append(space.begin(), space.end());
   int64_t numel = 1, rows = 1;
   for (int64_t s : sizes) numel *= s;
   for (size_t a = 0; a + 1 < sizes.size(); ++a) rows *= sizes[a];
-  std::vector<at::Tensor> inputs;
-  std::vector<int64_t> strides;
+  c10::SmallVector<void*, 16> inputs;
+  c10::SmallVector<int64_t, 64> strides;
   for (const ir::GraphRef& r : spec.inputs) {
     const at::Tensor& t = values[r.node][r.index];
-    inputs.push_back(t);
+    inputs.push_back(t.data_ptr());
     const int64_t lead = static_cast<int64_t>(R) - t.dim();
     for (uint32_t a = 0; a < R; ++a) {
       const int64_t ax = static_cast<int64_t>(a) - lead;
       strides.push_back(ax < 0 || t.size(ax) == 1 ? 0 : t.stride(ax));
     }
   }
-  std::vector<double> scalars;
+  c10::SmallVector<double, 8> scalars;
   for (auto [op, slot] : spec.runtime) {
     const ir::Attr& a = g.nodes[op].node->runtime[slot];
     scalars.push_back(a.kind == ir::Attr::Kind::kScalarDouble ? a.d : static_cast<double>(a.i));
@@ -69,23 +75,27 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
   const int64_t chunks = !by_column      ? 1
                          : spec.per_outer ? sizes[0]
                                           : std::min({sizes[0], kColumnChunks, by_size});
-  std::vector<at::Tensor> outputs;  // per-column outputs: the partial sums first
+  // Per-column outputs are [chunks, n] partial sums; when they are the
+  // result (one chunk, or one per outer index) they are made in the op's
+  // own sizes, the same elements in the same order.
+  const bool partials_are_result = spec.per_outer || chunks == 1;
+  c10::SmallVector<at::Tensor, 4> outputs;
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
     const KernelOutput& o = spec.outputs[j];
+    const std::vector<int64_t>& own = g.nodes[o.op].node->outputs[o.index].sizes;
     outputs.push_back(j < into.size() && into[j].defined() ? into[j]
-                      : o.extent == KernelOutput::Extent::kPerColumn
-                          ? at::empty({chunks, n}, at::kFloat)
-                          : at::empty(g.nodes[o.op].node->outputs[o.index].sizes, at::kFloat));
+                      : o.extent == KernelOutput::Extent::kPerColumn && !partials_are_result
+                          ? new_float_tensor({chunks, n})
+                          : new_float_tensor(own));
   }
   auto call = [&](int64_t begin, int64_t end, int64_t chunk) {
-    std::vector<MemRef1D<char>> bufs;
-    bufs.reserve(inputs.size() + outputs.size() + 3);
-    for (const at::Tensor& t : inputs) bufs.push_back(buffer(t.data_ptr(), INT64_MAX));
+    c10::SmallVector<MemRef1D<char>, 16> bufs;
+    for (void* p : inputs) bufs.push_back(buffer(p, INT64_MAX));
     for (const at::Tensor& t : outputs) bufs.push_back(buffer(t.data_ptr(), t.numel()));
     bufs.push_back(buffer(sizes.data(), static_cast<int64_t>(sizes.size())));
     bufs.push_back(buffer(strides.data(), static_cast<int64_t>(strides.size())));
     bufs.push_back(buffer(scalars.data(), static_cast<int64_t>(scalars.size())));
-    std::vector<void*> args;
+    c10::SmallVector<void*, 96> args;
     for (auto& b : bufs) b.pack(args);
     args.push_back(&begin);
     args.push_back(&end);
@@ -118,10 +128,10 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
     at::Tensor out = outputs[j];
     if (o.extent == KernelOutput::Extent::kPerColumn) {
       using Combine = KernelOutput::Combine;
-      if (!spec.per_outer && chunks != 1) out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
+      if (!partials_are_result) out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
       if (o.combine == Combine::kMean)
         out.div_(static_cast<double>(spec.per_outer ? rows / std::max<int64_t>(sizes[0], 1) : rows));
-      out = out.view(g.nodes[o.op].node->outputs[o.index].sizes);
+      if (!partials_are_result) out = out.view(g.nodes[o.op].node->outputs[o.index].sizes);
     }
     std::vector<at::Tensor>& v = values[o.op];
     if (v.size() <= o.index) v.resize(o.index + 1);

@@ -16,6 +16,7 @@
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/prepack.h"
 #include "lazy_backend/replay.h"
+#include "lazy_backend/tensor_data.h"
 #include "runtime/onednn_gemm.h"
 
 namespace disc {
@@ -85,7 +86,7 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   g.batched = batched;
   g.batch = batched ? a.size(0) : 1;
   g.m = a.size(d), g.k = a.size(d + 1), g.n = b.size(d + 1);
-  at::Tensor out = batched ? at::empty({g.batch, g.m, g.n}, at::kFloat) : at::empty({g.m, g.n}, at::kFloat);
+  at::Tensor out = batched ? new_float_tensor({g.batch, g.m, g.n}) : new_float_tensor({g.m, g.n});
   g.a = operand(a, batched);
   at::Tensor bias = bias_in;
   if (bias.defined()) {
@@ -139,7 +140,12 @@ at::Tensor run_gemm(Gemm kind, const ir::Node& n, std::vector<at::Tensor>& ins, 
   at::Tensor a = ins[kind == Gemm::kAddmm ? 1 : 0];
   at::Tensor b = ins[kind == Gemm::kAddmm ? 2 : 1];
   at::Tensor bias;
-  if (kind == Gemm::kAddmm) bias = ins[0].reshape({-1}).expand({b.size(1)});
+  if (kind == Gemm::kAddmm) {
+    // nn.Linear's [n] bias is read as it lies; only a broadcast one value
+    // goes through ATen views (each a dispatcher call on the worker).
+    bias = ins[0];
+    if (bias.dim() != 1 || bias.size(0) != b.size(1)) bias = bias.reshape({-1}).expand({b.size(1)});
+  }
   std::vector<WeightView> views;
   if (weight) views.push_back({*weight, b});
   at::Tensor out = onednn_matmul(a, b, bias, act, batched, weight ? &views : nullptr);

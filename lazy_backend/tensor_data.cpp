@@ -1,5 +1,6 @@
 #include "lazy_backend/tensor_data.h"
 
+#include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
 
 #include "lazy_backend/graph_worker.h"
@@ -24,6 +25,10 @@ ir::DType to_ir(at::ScalarType t) {
     default:
       TORCH_CHECK(false, "disc: dtype ", t, " is not supported on the disc device");
   }
+}
+
+at::Tensor new_float_tensor(c10::IntArrayRef sizes) {
+  return at::detail::empty_cpu(sizes, at::kFloat, /*pin_memory=*/false, std::nullopt);
 }
 
 at::ScalarType to_aten(ir::DType t) {

@@ -49,8 +49,10 @@ struct MemRef1D {
   int64_t offset;
   int64_t size;
   int64_t stride;
-  // Appends pointers to the five fields to a packed argument list.
-  void pack(std::vector<void*>& args) {
+  // Appends pointers to the five fields to a packed argument list (any
+  // container of void* with push_back).
+  template <typename Args>
+  void pack(Args& args) {
     args.push_back(&allocated);
     args.push_back(&aligned);
     args.push_back(&offset);

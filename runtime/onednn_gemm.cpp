@@ -47,6 +47,14 @@ dnnl::engine& cpu_engine() {
   return e;
 }
 
+// One stream per thread, made once: a CPU stream is a handle to run
+// primitives in order on the calling thread, and making one per GEMM was a
+// heap allocation and a few hundred instructions each time.
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
 enum class Layout : uint8_t { kRowMajor, kColMajor, kOther };
 
 // Dense row- or column-major; a size-1 dim's stride does not matter.
@@ -257,7 +265,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   if (g.batched && g.bias) throw std::invalid_argument("onednn_gemm: a batched GEMM takes no bias");
 
   dnnl::engine& eng = cpu_engine();
-  dnnl::stream stream(eng);
+  dnnl::stream& stream = cpu_stream();
   bool created = false;
   if (sizing().load() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
     Sized* s = sized_primitive({key, g.m, g.n, g.k}, &created);
@@ -340,7 +348,7 @@ std::shared_ptr<const PackedB> pack_b(const Gemm& g) {
   memory src(memory::desc({g.k, g.n}, memory::data_type::f32, tag_of(false, bl)), eng,
              const_cast<float*>(g.b.data));
   auto packed = std::make_shared<PackedB>(PackedB{pp->weights, memory(pp->weights, eng)});
-  dnnl::stream stream(eng);
+  dnnl::stream& stream = cpu_stream();
   dnnl::reorder(src, packed->mem).execute(stream, src, packed->mem);
   stream.wait();
   return packed;
@@ -363,7 +371,7 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
       {DNNL_ARG_DST, memory(md(g.m, g.n, Tag::ab), eng, g.c)},
   };
   if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(md(1, g.n, Tag::ab), eng, const_cast<float*>(g.bias)));
-  dnnl::stream stream(eng);
+  dnnl::stream& stream = cpu_stream();
   pp->prim.execute(stream, args);
   stream.wait();
   return PrimitiveUse::kReused;
