@@ -11,7 +11,9 @@ throughput.  That uses one core more than ``--threads`` says.  ``disc-sync``
 runs the same with graphs on the syncing thread (``DISC_ASYNC=0``), where
 ``loss.item()`` returns after the whole step.  Reported: median over
 ``--steps`` after ``--warmup`` steps, and the speedup over CPU eager (eager
-ms / ms).
+ms / ms).  The in-process devices take turns: the timed steps are split
+into ``--rounds`` blocks, and each round times one block of every device,
+so that a shared machine's drifting speed affects them alike.
 
 torch.compile runs in a subprocess with ``--compile-timeout`` because a slow
 or broken compiler must not hang or crash the whole benchmark ('n/a').
@@ -54,8 +56,8 @@ from benchmarks.memory import PeakRSS
 from examples.mnist.train import build_model
 
 EAGER = "cpu"
-QUICK = {"steps": 3, "warmup": 2, "trace_ops": 200}
-DEFAULTS = {"steps": 20, "warmup": 5, "trace_ops": 1000}
+QUICK = {"steps": 3, "warmup": 2, "trace_ops": 200, "rounds": 1}
+DEFAULTS = {"steps": 20, "warmup": 5, "trace_ops": 1000, "rounds": 5}
 
 
 class Unavailable(Exception):
@@ -76,40 +78,70 @@ def dynamo_counters():
     return {"compiles": counters["stats"]["unique_graphs"]}
 
 
+class Stepper:
+    """One device's model, optimizer and batch, stepped in blocks.
+
+    Blocks let the devices take turns (see ``run``): on a shared VM the
+    machine's speed drifts over seconds, and timing one device after the
+    other would fold that drift into their ratio.  ``counters`` (a callable
+    returning a dict of counters) makes ``info`` hold the counter deltas over
+    this stepper's blocks (``"all"``) and its timed ones (``"timed"``), not
+    over the other devices' blocks in between."""
+
+    def __init__(self, model_name, device, sync, batch_size, compile_backend=None,
+                 counters=None):
+        torch.manual_seed(0)
+        self.model = build_model(model_name).to(device)
+        if compile_backend:
+            self.model = torch.compile(self.model, backend=compile_backend)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+        self.x = torch.randn(batch_size, 1, 28, 28).to(device)
+        self.y = torch.randint(0, 10, (batch_size,)).to(device)
+        self.sync = sync
+        self.counters = counters
+        self.times = []
+        sync()
+        self.info = {"all": {}, "timed": {}}
+
+    def run(self, steps, timed=True):
+        """``steps`` training steps; their wall times in ms join ``times``
+        when ``timed``."""
+        before = self.counters() if self.counters else None
+        for _ in range(steps):
+            start = time.perf_counter()
+            self.opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(self.model(self.x), self.y)
+            loss.backward()
+            self.opt.step()
+            self.sync()
+            loss.item()  # waits until the device has really finished the step
+            if timed:
+                self.times.append((time.perf_counter() - start) * 1e3)
+        if self.counters:
+            end = self.counters()
+            for key in ("all", "timed") if timed else ("all",):
+                acc = self.info[key]
+                for k, v in end.items():
+                    if isinstance(v, int):
+                        acc[k] = acc.get(k, 0) + v - before.get(k, 0)
+
+
+def blocks(steps, rounds):
+    """``steps`` split into ``rounds`` blocks of near-equal size (none empty)."""
+    rounds = max(1, min(rounds, steps))
+    return [steps // rounds + (1 if i < steps % rounds else 0) for i in range(rounds)]
+
+
 def time_steps(model_name, device, sync, steps, warmup, batch_size, compile_backend=None,
                counters=None, info=None):
-    """Return per-step wall times in ms for ``steps`` timed training steps.
-
-    With ``counters`` (a callable returning a dict of counters) and ``info``
-    (a dict), ``info`` receives the counter deltas over the whole run
-    (``"all"``) and over the timed steps (``"timed"``)."""
-    torch.manual_seed(0)
-    model = build_model(model_name).to(device)
-    if compile_backend:
-        model = torch.compile(model, backend=compile_backend)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x = torch.randn(batch_size, 1, 28, 28).to(device)
-    y = torch.randint(0, 10, (batch_size,)).to(device)
-    sync()
-    times = []
-    first = timed = counters() if counters else None
-    for i in range(warmup + steps):
-        if counters and i == warmup:
-            timed = counters()
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        sync()
-        loss.item()  # waits until the device has really finished the step
-        if i >= warmup:
-            times.append((time.perf_counter() - start) * 1e3)
-    if counters and info is not None:
-        end = counters()
-        info["all"] = {k: v - first.get(k, 0) for k, v in end.items() if isinstance(v, int)}
-        info["timed"] = {k: v - timed.get(k, 0) for k, v in end.items() if isinstance(v, int)}
-    return times
+    """Per-step wall times in ms of ``steps`` timed training steps after
+    ``warmup`` untimed ones, in one block (Stepper has the counters)."""
+    stepper = Stepper(model_name, device, sync, batch_size, compile_backend, counters)
+    stepper.run(warmup, timed=False)
+    stepper.run(steps)
+    if info is not None:
+        info.update(stepper.info)
+    return stepper.times
 
 
 def time_compiled(model_name, args):
@@ -209,6 +241,83 @@ def markdown(rows, trace):
     return "\n".join(lines)
 
 
+def in_process(dev, disc):
+    """(device, sync, counters, async flag) for an in-process device."""
+    if dev == "cpu":
+        return "cpu", lambda: None, None, None
+    return "disc", disc.sync, disc.metrics.counters, dev == "disc"
+
+
+def time_model(model, args, disc, disc_error):
+    """One model's rows, one per device.
+
+    The in-process devices (cpu, disc, disc-sync) take turns: each warms up
+    and times its first block, with its peak memory measured, then the
+    remaining ``--rounds`` blocks go round the devices in turn, so every
+    device sees the same phases of a drifting machine.  torch.compile runs
+    after them, in its subprocess."""
+    rows = {dev: {"model": model, "device": dev, "ms": None, "speedup": None}
+            for dev in args.devices}
+    steppers = {}
+    sizes = blocks(args.steps, args.rounds)
+
+    def block(dev, steps, timed=True):
+        _, _, _, want_async = in_process(dev, disc)
+        if want_async is None:
+            steppers[dev].run(steps, timed)
+            return
+        was_async = disc._C.is_async()
+        disc.set_async(want_async)
+        try:
+            steppers[dev].run(steps, timed)
+        finally:
+            disc.set_async(was_async)
+
+    for dev in args.devices:
+        if dev == "compile":
+            continue
+        try:
+            if dev != "cpu" and disc is None:
+                raise disc_error
+            device, sync, counters, _ = in_process(dev, disc)
+            with PeakRSS() as mem:
+                steppers[dev] = Stepper(model, device, sync, args.batch_size, counters=counters)
+                block(dev, args.warmup, timed=False)
+                block(dev, sizes[0])
+            rows[dev]["memory"] = mem.as_dict()
+        except Exception as exc:
+            rows[dev]["error"] = describe(exc)
+            steppers.pop(dev, None)
+    for size in sizes[1:]:
+        for dev in list(steppers):
+            try:
+                block(dev, size)
+            except Exception as exc:
+                rows[dev]["error"] = describe(exc)
+                del steppers[dev]
+    for dev, stepper in steppers.items():
+        rows[dev]["ms"] = statistics.median(stepper.times)
+        if dev != "cpu":
+            rows[dev].update(disc_stats(stepper.info, len(stepper.times)))
+    if "compile" in rows:
+        row = rows.pop("compile")
+        row["device"] = f"cpu+{args.compile_backend}"
+        try:
+            worker = time_compiled(model, args)
+            row.update(ms=statistics.median(worker["times_ms"]),
+                       compiles=worker["counters"]["all"].get("compiles", 0),
+                       compiles_timed=worker["counters"]["timed"].get("compiles", 0),
+                       memory=worker["memory"])
+        except Exception as exc:
+            row["error"] = describe(exc)
+        rows[row["device"]] = row
+    eager_ms = rows["cpu"]["ms"] if "cpu" in rows else None
+    for row in rows.values():
+        if row["ms"] and eager_ms:
+            row["speedup"] = eager_ms / row["ms"]
+    return list(rows.values())
+
+
 def run(args):
     """Run all measurements; returns the JSON-ready result dict."""
     disc, disc_error = None, None
@@ -220,45 +329,7 @@ def run(args):
 
     rows = []
     for model in args.models:
-        eager_ms = None
-        for dev in args.devices:
-            row = {"model": model, "device": dev, "ms": None, "speedup": None}
-            try:
-                if dev == "cpu":
-                    with PeakRSS() as mem:
-                        times = time_steps(model, "cpu", lambda: None, args.steps,
-                                           args.warmup, args.batch_size)
-                    row["memory"] = mem.as_dict()
-                elif dev in ("disc", "disc-sync"):
-                    if disc is None:
-                        raise disc_error
-                    info = {}
-                    was_async = disc._C.is_async()
-                    disc.set_async(dev == "disc")
-                    try:
-                        with PeakRSS() as mem:
-                            times = time_steps(model, "disc", disc.sync, args.steps,
-                                               args.warmup, args.batch_size,
-                                               counters=disc.metrics.counters, info=info)
-                    finally:
-                        disc.set_async(was_async)
-                    row.update(disc_stats(info, args.steps), memory=mem.as_dict())
-                else:  # compiled on CPU
-                    row["device"] = f"cpu+{args.compile_backend}"
-                    worker = time_compiled(model, args)
-                    times = worker["times_ms"]
-                    row.update(compiles=worker["counters"]["all"].get("compiles", 0),
-                               compiles_timed=worker["counters"]["timed"].get("compiles", 0),
-                               memory=worker["memory"])
-                row["ms"] = statistics.median(times)
-            except Exception as exc:
-                row["error"] = describe(exc)
-            if dev == EAGER:
-                eager_ms = row["ms"]
-            rows.append(row)
-        for row in rows:
-            if row["model"] == model and row["ms"] and eager_ms:
-                row["speedup"] = eager_ms / row["ms"]
+        rows += time_model(model, args, disc, disc_error)
 
     trace = {"cpu": trace_cost("cpu", lambda: None, args.trace_ops)}
     if "disc" in args.devices:
@@ -279,7 +350,7 @@ def run(args):
 
     return {
         "config": {k: getattr(args, k) for k in
-                   ("steps", "warmup", "batch_size", "models", "devices", "trace_ops",
+                   ("steps", "warmup", "rounds", "batch_size", "models", "devices", "trace_ops",
                     "compile_backend", "quick")},
         "torch": torch.__version__,
         "machine": platform.machine(),
@@ -302,6 +373,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke test: {steps} timed steps after {warmup} warm-up, "
                         "{trace_ops} tracing-loop iterations".format(**QUICK))
+    p.add_argument("--rounds", type=int, default=None,
+                   help="blocks the timed steps are split into, the devices taking "
+                        f"turns block by block (default {DEFAULTS['rounds']})")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--compile-backend", default="inductor")
     p.add_argument("--compile-timeout", type=float, default=300, help="seconds")
@@ -320,8 +394,8 @@ def parse_args(argv=None):
     for key, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.steps < 1 or args.warmup < 0 or args.trace_ops < 1:
-        p.error("--steps and --trace-ops must be >= 1, --warmup >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.trace_ops < 1 or args.rounds < 1:
+        p.error("--steps, --rounds and --trace-ops must be >= 1, --warmup >= 0")
     return args
 
 

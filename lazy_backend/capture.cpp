@@ -28,15 +28,6 @@ void check_device(const at::Tensor& t, const std::string& op) {
               "disc:0 and ", t.device(), "! (when checking arguments for ", op, ")");
 }
 
-// Python scalars arrive as 0-dim CPU "wrapped numbers", which do not take
-// part in type promotion (float32 tensor + 2.5 stays float32): every copy of
-// such a tensor must keep the mark.
-at::Tensor keep_wrapped(const at::Tensor& from, at::Tensor to) {
-  if (from.unsafeGetTensorImpl()->is_wrapped_number())
-    to.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return to;
-}
-
 // Tensors become meta tensors, except wrapped numbers: torch only lets those
 // live on the CPU (Python meta kernels reject a meta one), and meta kernels
 // accept them next to any device.
@@ -68,7 +59,13 @@ c10::IValue meta_ivalue(const c10::IValue& v) {
 
 ir::Value value_of(const at::Tensor& t) {
   if (is_disc(t)) return lazy_storage_of(t).read(t);
-  return make_data(keep_wrapped(t, t.clone()));  // a CPU scalar: the trace owns it now
+  // Python scalars arrive as 0-dim CPU "wrapped numbers" (which keep out of
+  // type promotion: float32 tensor * 0.9 stays float32). The dispatcher
+  // makes one for this one call (SGD's momentum, once per parameter and
+  // step) and nothing writes it: the trace holds it as it is, mark and all. Any other CPU scalar is the user's
+  // tensor, which may change after this op: the trace owns a copy.
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return make_data(t);
+  return make_data(t.clone());
 }
 
 // Why the schema alone makes an op unrecordable, or nullopt.

@@ -43,6 +43,10 @@ constexpr const char* kRecordedWhole[] = {
     // fully masked rows (SDPA's math path, every attention layer): three
     // more passes on ATen, where one stitch kernel does it all.
     "_safe_softmax",
+    // else: mul.out with the scalar uploaded as a 0-dim tensor, a graph
+    // input of its own per call (SGD's momentum: one per parameter and step);
+    // recorded whole, the scalar is runtime data of the node.
+    "mul_.Scalar",
 };
 
 }  // namespace

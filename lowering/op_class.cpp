@@ -18,7 +18,8 @@ const std::unordered_map<std::string, OpClass>& table() {
     for (const char* n : {
              "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
              "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::div_.Tensor",
-             "aten::add.Scalar", "aten::mul.Scalar", "aten::div.Scalar", "aten::rsub.Scalar",
+             "aten::add.Scalar", "aten::mul.Scalar", "aten::mul_.Scalar", "aten::div.Scalar",
+             "aten::rsub.Scalar",
              "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::abs",
              "aten::relu", "aten::sigmoid", "aten::tanh", "aten::gelu", "aten::silu",
              "aten::pow.Tensor_Scalar", "aten::threshold_backward", "aten::where.self",

@@ -29,8 +29,8 @@ ValueEmitter::ValueEmitter(const Program& p, std::ostringstream& out, std::strin
 bool ValueEmitter::supports(const std::string& op) {
   static const char* ops[] = {
       "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
-      "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::div_.Tensor",
-      "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::tanh",
+      "aten::mul.Tensor", "aten::mul_.Tensor", "aten::mul_.Scalar", "aten::div.Tensor",
+      "aten::div_.Tensor", "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::tanh",
       "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
       "aten::sqrt_", "aten::lerp_.Scalar", "aten::addcmul_", "aten::addcdiv_", "aten::zero_",
       "aten::fill_.Scalar", "aten::expand", "aten::mul.out", "aten::add.out"};
@@ -172,6 +172,7 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
   }
   if (name == "aten::mul.Tensor" || name == "aten::mul_.Tensor" || name == "aten::mul.out")
     return binary("arith.mulf", in.at(0), in.at(1));
+  if (name == "aten::mul_.Scalar") return binary("arith.mulf", in.at(0), scalar_operand(op, 1));
   if (name == "aten::div.Tensor" || name == "aten::div_.Tensor")
     return binary("arith.divf", in.at(0), in.at(1));
   if (name == "aten::neg") return unary("arith.negf", in.at(0));

@@ -171,3 +171,23 @@ def test_mnist_sgd_step_updates_every_parameter_and_momentum_in_place(counters):
     assert c["syncs"] == 2 and c["inplace.kernel_outputs"] == 2 * 12
     for a, b in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_momentum_is_a_scalar_of_its_update_not_a_graph_input():
+    # SGD's foreach path scales each momentum buffer by a Python float
+    # (mul_.Scalar). Recorded whole, the factor is runtime data of the node:
+    # no 0-dim tensor per parameter and step to upload and bind, and a new
+    # momentum value does not change the graph's structure.
+    bufs = [torch.randn(8, device="disc") for _ in range(2)]
+    want = [b.cpu() for b in bufs]
+    torch_disc.sync()
+    torch._foreach_mul_(bufs, 0.9)
+    text = torch_disc.graph_text(*bufs)
+    assert text.count("aten::mul_.Scalar") == 2 and "params=2" in text, text
+    torch._foreach_mul_(want, 0.9)
+    for b, w in zip(bufs, want):
+        torch.testing.assert_close(b.cpu(), w, rtol=0, atol=0)
+    other = [torch.randn(8, device="disc") for _ in range(2)]
+    torch_disc.sync()
+    torch._foreach_mul_(other, 0.5)
+    assert torch_disc.graph_text(*other).split(")")[0] == text.split(")")[0]  # same hash
