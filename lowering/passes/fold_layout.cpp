@@ -1,0 +1,110 @@
+// fold-layout: layout ops that undo each other, or that compose into one.
+//
+//   %2 = transpose(%1, 0, 1)  with %1 = transpose(%0, 1, 0)   ->  %2 is %0
+//   %1 = transpose(%0, 1, 1)                                    ->  %1 is %0
+//   %2 = squeeze.dim(%1, 2)   with %1 = unsqueeze(%0, 2)        ->  %2 is %0
+//   %2 = reshape(%1, s2)      with %1 = reshape(%0, s1)         ->  %2 = reshape(%0, s2)
+//
+// Traces have such chains wherever autograd or a model's code takes a view
+// of a view (MiniLM's attention: 6-12 transpose pairs and 24-48 reshape
+// chains a step). Every rewrite holds for all sizes the graph's structure
+// admits (dims are compared after wrapping by the rank, which the structure
+// fixes), and each is a rewiring of reads only: the executor replays an op
+// from the node of the run at hand (its sizes, its scalars), so no op may
+// change, only what it reads. Inner ops left without readers are erased by
+// canonicalize's DCE, which runs next.
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "lowering/passes/passes.h"
+
+namespace disc::lowering {
+
+namespace {
+
+struct Ops {
+  uint32_t transpose = ir::intern_op("aten::transpose.int");
+  uint32_t unsqueeze = ir::intern_op("aten::unsqueeze");
+  uint32_t squeeze_dim = ir::intern_op("aten::squeeze.dim");
+  uint32_t reshape = ir::intern_op("aten::reshape");
+};
+
+std::optional<int64_t> int_operand(const ir::Node& n, size_t k) {
+  const ir::Attr* a = n.attr_operand(k);
+  if (!a || a->kind != ir::Attr::Kind::kInt) return std::nullopt;
+  return a->i;
+}
+
+// Dim `d` of a rank-`rank` tensor as an index in [0, rank), or nullopt.
+std::optional<int64_t> wrapped(std::optional<int64_t> d, int64_t rank) {
+  if (!d || rank <= 0) return std::nullopt;
+  const int64_t w = *d < 0 ? *d + rank : *d;
+  return w >= 0 && w < rank ? std::optional(w) : std::nullopt;
+}
+
+int64_t rank_of(const Program& p, const ir::GraphRef& r) {
+  return static_cast<int64_t>(p.ops[r.node].node->outputs[r.index].sizes.size());
+}
+
+// The (smaller, larger) dims transpose op `i` swaps, or nullopt.
+std::optional<std::pair<int64_t, int64_t>> swapped_dims(const Program& p, uint32_t i) {
+  const ProgramOp& op = p.ops[i];
+  if (op.inputs.size() != 1) return std::nullopt;
+  const int64_t rank = rank_of(p, op.inputs[0]);
+  auto a = wrapped(int_operand(*op.node, 1), rank), b = wrapped(int_operand(*op.node, 2), rank);
+  if (!a || !b) return std::nullopt;
+  return std::minmax(*a, *b);
+}
+
+// The value op `i` is equal to, when it undoes its input's op; else nullopt.
+std::optional<ir::GraphRef> undone(const Program& p, const Ops& ops, uint32_t i) {
+  const ProgramOp& op = p.ops[i];
+  if (op.node->outputs.size() != 1 || op.inputs.size() != 1) return std::nullopt;
+  const ProgramOp& in = p.ops[op.inputs[0].node];
+  if (op.node->op == ops.transpose) {
+    auto dims = swapped_dims(p, i);
+    if (!dims) return std::nullopt;
+    if (dims->first == dims->second) return op.inputs[0];  // swaps a dim with itself
+    if (in.node->op == ops.transpose && swapped_dims(p, op.inputs[0].node) == dims)
+      return in.inputs[0];
+    return std::nullopt;
+  }
+  if (op.node->op == ops.squeeze_dim && in.node->op == ops.unsqueeze && in.inputs.size() == 1) {
+    // Both dims index the unsqueezed tensor, whose rank is the squeeze's input's.
+    const int64_t rank = rank_of(p, op.inputs[0]);
+    auto added = wrapped(int_operand(*in.node, 1), rank);
+    auto removed = wrapped(int_operand(*op.node, 1), rank);
+    if (added && added == removed) return in.inputs[0];
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void fold_layout(Program& p) {
+  static const Ops ops;
+  // One forward sweep: an op's inputs are resolved before it is looked at,
+  // so chains of any length fold (transpose(transpose(transpose(x)))).
+  std::vector<std::optional<ir::GraphRef>> same_as(p.ops.size());
+  auto resolve = [&](ir::GraphRef& r) {
+    while (r.index == 0 && same_as[r.node]) r = *same_as[r.node];
+  };
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    ProgramOp& op = p.ops[i];
+    if (op.erased) continue;
+    for (ir::GraphRef& r : op.inputs) resolve(r);
+    if (op.node->is_data()) continue;
+    if (std::optional<ir::GraphRef> v = undone(p, ops, i)) {
+      same_as[i] = *v;
+    } else if (op.node->op == ops.reshape && op.inputs.size() == 1) {
+      // A reshape depends only on its input's elements in row-major order,
+      // which a reshape before it does not change.
+      const ProgramOp& in = p.ops[op.inputs[0].node];
+      if (in.node->op == ops.reshape && in.inputs.size() == 1) op.inputs[0] = in.inputs[0];
+    }
+  }
+  for (ir::GraphRef& r : p.outputs) resolve(r);
+}
+
+}  // namespace disc::lowering
