@@ -242,10 +242,10 @@ def markdown(rows, trace):
 
 
 def in_process(dev, disc):
-    """(device, sync, counters, async flag) for an in-process device."""
-    if dev == "cpu":
-        return "cpu", lambda: None, None, None
-    return "disc", disc.sync, disc.metrics.counters, dev == "disc"
+    """(device, sync, counters) of an in-process device."""
+    if dev == EAGER:
+        return "cpu", lambda: None, None
+    return "disc", disc.sync, disc.metrics.counters
 
 
 def time_model(model, args, disc, disc_error):
@@ -262,12 +262,11 @@ def time_model(model, args, disc, disc_error):
     sizes = blocks(args.steps, args.rounds)
 
     def block(dev, steps, timed=True):
-        _, _, _, want_async = in_process(dev, disc)
-        if want_async is None:
+        if dev == EAGER:
             steppers[dev].run(steps, timed)
             return
         was_async = disc._C.is_async()
-        disc.set_async(want_async)
+        disc.set_async(dev == "disc")
         try:
             steppers[dev].run(steps, timed)
         finally:
@@ -277,9 +276,9 @@ def time_model(model, args, disc, disc_error):
         if dev == "compile":
             continue
         try:
-            if dev != "cpu" and disc is None:
+            if dev != EAGER and disc is None:
                 raise disc_error
-            device, sync, counters, _ = in_process(dev, disc)
+            device, sync, counters = in_process(dev, disc)
             with PeakRSS() as mem:
                 steppers[dev] = Stepper(model, device, sync, args.batch_size, counters=counters)
                 block(dev, args.warmup, timed=False)
@@ -297,7 +296,7 @@ def time_model(model, args, disc, disc_error):
                 del steppers[dev]
     for dev, stepper in steppers.items():
         rows[dev]["ms"] = statistics.median(stepper.times)
-        if dev != "cpu":
+        if dev != EAGER:
             rows[dev].update(disc_stats(stepper.info, len(stepper.times)))
     if "compile" in rows:
         row = rows.pop("compile")
@@ -311,7 +310,7 @@ def time_model(model, args, disc, disc_error):
         except Exception as exc:
             row["error"] = describe(exc)
         rows[row["device"]] = row
-    eager_ms = rows["cpu"]["ms"] if "cpu" in rows else None
+    eager_ms = rows[EAGER]["ms"] if EAGER in rows else None
     for row in rows.values():
         if row["ms"] and eager_ms:
             row["speedup"] = eager_ms / row["ms"]

@@ -61,9 +61,9 @@ ir::Value value_of(const at::Tensor& t) {
   if (is_disc(t)) return lazy_storage_of(t).read(t);
   // Python scalars arrive as 0-dim CPU "wrapped numbers" (which keep out of
   // type promotion: float32 tensor * 0.9 stays float32). The dispatcher
-  // makes one for this one call (SGD's momentum, once per parameter and
-  // step) and nothing writes it: the trace holds it as it is, mark and all. Any other CPU scalar is the user's
-  // tensor, which may change after this op: the trace owns a copy.
+  // makes one for this one call and nothing writes it: the trace holds it
+  // as it is, mark and all. Any other CPU scalar is the user's tensor,
+  // which may change after this op: the trace owns a copy.
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) return make_data(t);
   return make_data(t.clone());
 }
