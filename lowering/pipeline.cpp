@@ -23,7 +23,7 @@ struct Pass {
 
 constexpr Pass kPipeline[] = {
     {"verify", verify, "reject malformed traces before anything rewrites them"},
-    {"fold-layout", fold_layout, "views of views that cancel read the original; DCE next drops them"},
+    {"fold", fold, "ops that cancel read the original, view chains their source; DCE next"},
     {"canonicalize", canonicalize, "CSE + DCE: fusion must see each value once"},
     {"shape-constraints", shape_constraints, "symbolic dims decide fusion legality"},
     {"library-epilogue", library_epilogue, "relu after a GEMM / conv is a oneDNN post-op, not a kernel"},

@@ -7,10 +7,11 @@ namespace disc::lowering {
 
 // Checks the graph is well formed; throws CompileError naming the node.
 void verify(Program& p);
-// Layout ops that undo each other (transpose pairs, squeeze of an
-// unsqueeze) read the original value; a reshape of a reshape reads the
-// first one's input. Rewires reads only; canonicalize erases what is dead.
-void fold_layout(Program& p);
+// Ops that undo each other (transpose pairs, squeeze of an unsqueeze, neg
+// of a neg, alias) read the original value; a reshape of a reshape, an
+// expand of an expand, read the first one's input. Rewires reads only;
+// canonicalize erases what is dead.
+void fold(Program& p);
 // CSE and DCE: every value computed once, nothing computed for nothing.
 void canonicalize(Program& p);
 // Gives every dim a symbol; equal symbols are equal sizes for any binding.

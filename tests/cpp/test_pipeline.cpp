@@ -12,7 +12,7 @@ using disc::testing::GraphBuilder;
 
 TEST(Pipeline, PassesRunInTheDocumentedOrder) {
   EXPECT_EQ(lowering::pass_names(),
-            (std::vector<std::string>{"verify", "fold-layout", "canonicalize", "shape-constraints",
+            (std::vector<std::string>{"verify", "fold", "canonicalize", "shape-constraints",
                                       "library-epilogue", "gemm-merge", "fusion-plan", "verify-plan"}));
 }
 
@@ -39,7 +39,7 @@ TEST(Pipeline, NamedPassesRunInPipelineOrderWhateverTheOrderGiven) {
   lowering::run_passes(p, {"fusion-plan", "shape-constraints"});  // shapes first all the same
   EXPECT_EQ(p.groups.size(), 1u);
   EXPECT_EQ(lowering::passes_until("canonicalize"),
-            (std::vector<std::string>{"verify", "fold-layout", "canonicalize"}));
+            (std::vector<std::string>{"verify", "fold", "canonicalize"}));
   EXPECT_THROW(lowering::passes_until("cse"), std::invalid_argument);
   lowering::Program q = lowering::make_program(g);
   try {

@@ -176,11 +176,13 @@ def test_executor_views_of_computed_values(executor_name, executor):
 
 
 def test_views_that_cancel_or_chain_match_cpu_and_backward(executor):
-    # fold-layout rewires these reads (t().t() -> x, unsqueeze/squeeze ->
-    # x, reshape(reshape(y)) -> reshape(y)); values and gradients must not
-    # change, for a non-contiguous reshape source too, on both executors.
+    # The fold pass rewires these reads (t().t() -> x, unsqueeze/squeeze ->
+    # x, -(-x) -> x, reshape(reshape(y)) -> reshape(y), expand chains);
+    # values and gradients must not change, for a non-contiguous reshape
+    # source too, on both executors.
     def f(x):
-        y = x.t().t() * 2 + x.unsqueeze(1).squeeze(1)
+        y = x.t().t() * 2 + x.unsqueeze(1).squeeze(1) - (-(-x))
+        y = y + x[:, :1].expand(6, 4).unsqueeze(0).expand(2, 6, 4).sum(0)
         z = x.t().reshape(-1).reshape(4, 6) + x.t().t().transpose(0, 0).reshape(4, 6)
         return (y.sum(0) * z.sum(1).sum()).sum()
 

@@ -1,18 +1,24 @@
-// fold-layout: layout ops that undo each other, or that compose into one.
+// fold: ops that cancel, or that compose into one, by rewiring reads.
 //
 //   %2 = transpose(%1, 0, 1)  with %1 = transpose(%0, 1, 0)   ->  %2 is %0
 //   %1 = transpose(%0, 1, 1)                                    ->  %1 is %0
 //   %2 = squeeze.dim(%1, 2)   with %1 = unsqueeze(%0, 2)        ->  %2 is %0
+//   %2 = neg(%1)              with %1 = neg(%0)                 ->  %2 is %0
+//   %1 = alias(%0)                                              ->  %1 is %0
 //   %2 = reshape(%1, s2)      with %1 = reshape(%0, s1)         ->  %2 = reshape(%0, s2)
+//   %2 = expand(%1, s2)       with %1 = expand(%0, s1)          ->  %2 = expand(%0, s2)
 //
 // Traces have such chains wherever autograd or a model's code takes a view
 // of a view (MiniLM's attention: 6-12 transpose pairs and 24-48 reshape
 // chains a step). Every rewrite holds for all sizes the graph's structure
 // admits (dims are compared after wrapping by the rank, which the structure
-// fixes), and each is a rewiring of reads only: the executor replays an op
-// from the node of the run at hand (its sizes, its scalars), so no op may
-// change, only what it reads. Inner ops left without readers are erased by
-// canonicalize's DCE, which runs next.
+// fixes) and for all values (negation is exact), and each is a rewiring of
+// reads only: the executor replays an op from the node of the run at hand
+// (its sizes, its scalars), so no op may change, only what it reads. Inner
+// ops left without readers are erased by canonicalize's DCE, which runs
+// next. There is no constant folding: a trace has no constants to fold
+// (Python scalars are runtime data, so that a new learning rate does not
+// recompile, and a zeros / full is made per run from its node).
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -28,6 +34,9 @@ struct Ops {
   uint32_t unsqueeze = ir::intern_op("aten::unsqueeze");
   uint32_t squeeze_dim = ir::intern_op("aten::squeeze.dim");
   uint32_t reshape = ir::intern_op("aten::reshape");
+  uint32_t expand = ir::intern_op("aten::expand");
+  uint32_t neg = ir::intern_op("aten::neg");
+  uint32_t alias = ir::intern_op("aten::alias");
 };
 
 std::optional<int64_t> int_operand(const ir::Node& n, size_t k) {
@@ -62,6 +71,8 @@ std::optional<ir::GraphRef> undone(const Program& p, const Ops& ops, uint32_t i)
   const ProgramOp& op = p.ops[i];
   if (op.node->outputs.size() != 1 || op.inputs.size() != 1) return std::nullopt;
   const ProgramOp& in = p.ops[op.inputs[0].node];
+  if (op.node->op == ops.alias) return op.inputs[0];
+  if (op.node->op == ops.neg && in.node->op == ops.neg && in.inputs.size() == 1) return in.inputs[0];
   if (op.node->op == ops.transpose) {
     auto dims = swapped_dims(p, i);
     if (!dims) return std::nullopt;
@@ -82,7 +93,7 @@ std::optional<ir::GraphRef> undone(const Program& p, const Ops& ops, uint32_t i)
 
 }  // namespace
 
-void fold_layout(Program& p) {
+void fold(Program& p) {
   static const Ops ops;
   // One forward sweep: an op's inputs are resolved before it is looked at,
   // so chains of any length fold (transpose(transpose(transpose(x)))).
@@ -97,11 +108,13 @@ void fold_layout(Program& p) {
     if (op.node->is_data()) continue;
     if (std::optional<ir::GraphRef> v = undone(p, ops, i)) {
       same_as[i] = *v;
-    } else if (op.node->op == ops.reshape && op.inputs.size() == 1) {
+    } else if ((op.node->op == ops.reshape || op.node->op == ops.expand) && op.inputs.size() == 1) {
       // A reshape depends only on its input's elements in row-major order,
-      // which a reshape before it does not change.
+      // which a reshape before it does not change; an expand's input
+      // broadcasts to the outer sizes whenever it did to the inner ones
+      // (each of its dims is 1 or the inner size, which is 1 or the outer).
       const ProgramOp& in = p.ops[op.inputs[0].node];
-      if (in.node->op == ops.reshape && in.inputs.size() == 1) op.inputs[0] = in.inputs[0];
+      if (in.node->op == op.node->op && in.inputs.size() == 1) op.inputs[0] = in.inputs[0];
     }
   }
   for (ir::GraphRef& r : p.outputs) resolve(r);

@@ -1,5 +1,6 @@
-// fold-layout: transpose pairs and squeeze-of-unsqueeze read the original,
-// reshape chains read their source; nothing else is rewritten.
+// fold: transpose pairs, squeeze-of-unsqueeze, neg-of-neg and alias read
+// the original, reshape and expand chains read their source; nothing else
+// is rewritten.
 #include <gtest/gtest.h>
 
 #include "graph_builder.h"
@@ -13,7 +14,7 @@ namespace {
 
 Program folded(std::vector<ir::Value> outputs) {
   Program p = make_program(ir::build_graph(std::move(outputs)));
-  fold_layout(p);
+  fold(p);
   canonicalize(p);  // erases what the fold left unread
   return p;
 }
@@ -25,7 +26,7 @@ ir::Value transpose(GraphBuilder& b, ir::Value x, int64_t d0, int64_t d1, std::v
 
 }  // namespace
 
-TEST(FoldLayout, TransposeOfTransposeIsTheOriginal) {
+TEST(Fold, TransposeOfTransposeIsTheOriginal) {
   // Negative and swapped dims name the same pair once wrapped by the rank.
   GraphBuilder b;
   auto x = b.param({2, 3, 4});
@@ -36,7 +37,7 @@ TEST(FoldLayout, TransposeOfTransposeIsTheOriginal) {
   EXPECT_EQ(p.ops.back().inputs[0], (ir::GraphRef{0, 0}));
 }
 
-TEST(FoldLayout, ChainsFoldInOneSweepAndOutputsFollow) {
+TEST(Fold, ChainsFoldInOneSweepAndOutputsFollow) {
   GraphBuilder b;
   auto x = b.param({2, 3});
   auto t1 = transpose(b, x, 0, 1, {3, 2});
@@ -48,7 +49,7 @@ TEST(FoldLayout, ChainsFoldInOneSweepAndOutputsFollow) {
   EXPECT_EQ(p.outputs[0], (ir::GraphRef{0, 0}));
 }
 
-TEST(FoldLayout, DifferentDimPairsAreKept) {
+TEST(Fold, DifferentDimPairsAreKept) {
   GraphBuilder b;
   auto x = b.param({2, 3, 4});
   auto t1 = transpose(b, x, 0, 1, {3, 2, 4});
@@ -57,14 +58,14 @@ TEST(FoldLayout, DifferentDimPairsAreKept) {
   EXPECT_EQ(p.live_ops(), 2u);
 }
 
-TEST(FoldLayout, TransposeOfADimWithItselfIsTheInput) {
+TEST(Fold, TransposeOfADimWithItselfIsTheInput) {
   GraphBuilder b;
   auto x = b.param({2, 3});
   Program p = folded({transpose(b, x, 1, -1, {2, 3})});
   EXPECT_EQ(p.outputs[0], (ir::GraphRef{0, 0}));
 }
 
-TEST(FoldLayout, SqueezeOfTheDimAnUnsqueezeAddedIsTheOriginal) {
+TEST(Fold, SqueezeOfTheDimAnUnsqueezeAddedIsTheOriginal) {
   GraphBuilder b;
   auto x = b.param({2, 3});
   auto u = b.op("aten::unsqueeze", {x}, {2, 1, 3}, {GraphBuilder::integer(1)});
@@ -76,7 +77,7 @@ TEST(FoldLayout, SqueezeOfTheDimAnUnsqueezeAddedIsTheOriginal) {
   EXPECT_NE(p.outputs[1], (ir::GraphRef{0, 0}));
 }
 
-TEST(FoldLayout, ReshapeOfReshapeReadsTheFirstInput) {
+TEST(Fold, ReshapeOfReshapeReadsTheFirstInput) {
   // The inner reshape has another reader: it stays, the outer skips it.
   GraphBuilder b;
   auto x = b.param({4, 6});
@@ -87,4 +88,28 @@ TEST(FoldLayout, ReshapeOfReshapeReadsTheFirstInput) {
   EXPECT_EQ(outer.node->outputs[0].sizes, (std::vector<int64_t>{2, 12}));
   EXPECT_EQ(outer.inputs[0], (ir::GraphRef{0, 0}));
   EXPECT_EQ(p.live_ops(), 3u);  // both reshapes, the exp
+}
+
+TEST(Fold, NegOfNegAndAliasAreTheOriginal) {
+  GraphBuilder b;
+  auto x = b.param({5});
+  auto n1 = b.op("aten::neg", {x}, {5});
+  auto n2 = b.op("aten::neg", {n1}, {5});
+  auto a = b.op("aten::alias", {x}, {5});
+  auto n3 = b.op("aten::neg", {n2}, {5});  // odd count: one neg stays
+  Program p = folded({n2, a, n3});
+  EXPECT_EQ(p.outputs[0], (ir::GraphRef{0, 0}));
+  EXPECT_EQ(p.outputs[1], (ir::GraphRef{0, 0}));
+  EXPECT_EQ(p.ops[p.outputs[2].node].inputs[0], (ir::GraphRef{0, 0}));
+  EXPECT_EQ(p.live_ops(), 1u);
+}
+
+TEST(Fold, ExpandOfExpandReadsTheFirstInput) {
+  GraphBuilder b;
+  auto x = b.param({3, 1});
+  auto e1 = b.op("aten::expand", {x}, {3, 4}, {GraphBuilder::ints({3, 4}), GraphBuilder::boolean(false)});
+  auto e2 = b.op("aten::expand", {e1}, {2, 3, 4}, {GraphBuilder::ints({2, 3, 4}), GraphBuilder::boolean(false)});
+  Program p = folded({e2});
+  EXPECT_EQ(p.ops[p.outputs[0].node].inputs[0], (ir::GraphRef{0, 0}));
+  EXPECT_EQ(p.live_ops(), 1u);
 }
