@@ -69,30 +69,29 @@ bool seed_generator_arguments(const c10::OperatorHandle& op, const ir::Node& n,
   return seeded;
 }
 
-// The value of operand `k` of `n` when it is a constant or runtime scalar.
-c10::IValue operand_value(const ir::Node& n, size_t k) {
-  const ir::Operand& o = n.operands.at(k);
-  if (o.kind == ir::Operand::Kind::kAttr) return to_ivalue(n.attrs[o.first]);
-  if (o.kind == ir::Operand::Kind::kRuntime) return to_ivalue(n.runtime[o.first]);
-  return c10::IValue();
-}
-
 // native_dropout has no generator argument, so ATen's kernel would draw from
 // the process's CPU generator, which the host may be using at the same
 // moment. This is ATen's CPU kernel step for step (the same mask dtype,
 // the same `input * mask * scale`, the same answers for an empty input
-// and for eval), with the node's own generator.
-std::vector<at::Tensor> native_dropout(const ir::Node& n, const at::Tensor& input) {
-  const double p = operand_value(n, 1).toDouble();
-  const c10::IValue train = operand_value(n, 2);
-  if (input.numel() == 0) return {input, at::empty_like(input)};
-  if (!train.isNone() && !train.toBool())
-    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
-  const double kept = 1. - p;
-  const double scale = kept == 0 ? 0. : 1. / kept;
-  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
-  mask.bernoulli_(kept, at::detail::createCPUGenerator(node_seed(n)));
-  return {input.mul(mask).mul_(scale), mask};
+// and for eval), with the node's own generator; it takes the boxed
+// arguments (input, p, train) and leaves the results (output, mask).
+void native_dropout(const ir::Node& n, torch::jit::Stack& stack) {
+  const at::Tensor input = stack.at(0).toTensor();
+  const double p = stack.at(1).toDouble();
+  const bool train = stack.at(2).isNone() || stack.at(2).toBool();
+  at::Tensor output, mask;
+  if (input.numel() == 0) {
+    output = input, mask = at::empty_like(input);
+  } else if (!train) {
+    output = input.clone(), mask = at::ones_like(input, input.options().dtype(at::kBool));
+  } else {
+    const double kept = 1. - p;
+    const double scale = kept == 0 ? 0. : 1. / kept;
+    mask = at::empty_like(input, input.options().dtype(at::kBool));
+    mask.bernoulli_(kept, at::detail::createCPUGenerator(node_seed(n)));
+    output = input.mul(mask).mul_(scale);
+  }
+  stack = {output, mask};
 }
 
 // Any other random op without a generator argument draws from the process's
@@ -165,11 +164,6 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
                                std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
   if (ins.size() == 1 && n.outputs.size() == 1)
     if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
-  static const uint32_t dropout = ir::intern_op("aten::native_dropout");
-  if (n.op == dropout && n.rng_runtime >= 0 && ins.size() == 1) {
-    at::AutoDispatchBelowADInplaceOrView guard;  // values never require grad here
-    return native_dropout(n, ins[0]);
-  }
   if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
     ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
   for (size_t j = 0; j < n.mutated.size(); ++j) {
@@ -219,9 +213,15 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
   {
     // Values never require grad here; skip the autograd layers.
     at::AutoDispatchBelowADInplaceOrView guard;
-    std::optional<SeededCpuGenerator> global;
-    if (n.rng_runtime >= 0 && !seed_generator_arguments(op, n, stack)) global.emplace(node_seed(n));
-    op.callBoxed(&stack);
+    static const uint32_t dropout = ir::intern_op("aten::native_dropout");
+    if (n.rng_runtime < 0 || seed_generator_arguments(op, n, stack)) {
+      op.callBoxed(&stack);
+    } else if (n.op == dropout) {
+      native_dropout(n, stack);
+    } else {
+      SeededCpuGenerator global(node_seed(n));
+      op.callBoxed(&stack);
+    }
   }
 
   std::vector<at::Tensor> outs;

@@ -30,8 +30,8 @@ bool ValueEmitter::supports(const std::string& op) {
   static const char* ops[] = {
       "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
       "aten::mul.Tensor", "aten::mul_.Tensor", "aten::mul_.Scalar", "aten::div.Tensor",
-      "aten::div_.Tensor", "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt", "aten::tanh",
-      "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
+      "aten::div_.Tensor", "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt",
+      "aten::tanh", "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
       "aten::sqrt_", "aten::lerp_.Scalar", "aten::addcmul_", "aten::addcdiv_", "aten::zero_",
       "aten::fill_.Scalar", "aten::expand", "aten::mul.out", "aten::add.out"};
   for (const char* s : ops)

@@ -57,8 +57,8 @@ def sync(cause: str = "user", wait: bool = False) -> None:
     as it is computed, and reading one waits for it. ``wait=True`` returns
     once the whole graph has run and raises its error, if any; otherwise a
     failure is raised by the next read of a tensor it failed to compute or by
-    a later sync (the second after this one at the latest). ``DISC_ASYNC=0`` (or :func:`set_async`) runs graphs on
-    the calling thread instead.
+    a later sync (the second after this one at the latest). ``DISC_ASYNC=0``
+    (or :func:`set_async`) runs graphs on the calling thread instead.
 
     >>> y = torch.ones(2, device="disc") + 1
     >>> torch_disc.sync()          # y is being computed; y.cpu() runs nothing
