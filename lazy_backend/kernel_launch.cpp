@@ -43,9 +43,10 @@ int64_t launch_fused_kernel(const lowering::FusedKernel& spec, runtime::PackedFn
   // otherwise, and an MLP step has a dozen launches on the graph worker.
   const uint32_t R = spec.rank;
   // The iteration space in this graph, padded with leading 1s to the rank.
-  const std::vector<int64_t>& space = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
-  c10::SmallVector<int64_t, 8> sizes(R - std::min<size_t>(R, space.size()), 1);
-  sizes.append(space.begin(), space.end());
+  // (A std::vector: GCC 12 warns, wrongly, of an uninitialized read when a
+  // SmallVector is padded here.)
+  std::vector<int64_t> sizes = g.nodes[spec.space.node].node->outputs[spec.space.index].sizes;
+  sizes.insert(sizes.begin(), R - std::min<size_t>(R, sizes.size()), 1);
   int64_t numel = 1, rows = 1;
   for (int64_t s : sizes) numel *= s;
   for (size_t a = 0; a + 1 < sizes.size(); ++a) rows *= sizes[a];

@@ -27,6 +27,10 @@ enum class FusionKind : uint8_t {
 };
 const char* fusion_kind_name(FusionKind k);
 
+// A dim argument as torch takes it (-1 is the last) as an index into a
+// tensor of rank `rank`.
+inline int64_t wrap_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
+
 struct ProgramOp {
   const ir::Node* node = nullptr;
   std::vector<ir::GraphRef> inputs;  // may be rewritten by passes (CSE)

@@ -46,21 +46,21 @@ std::optional<int64_t> int_operand(const ir::Node& n, size_t k) {
 }
 
 // Dim `d` of a rank-`rank` tensor as an index in [0, rank), or nullopt.
-std::optional<int64_t> wrapped(std::optional<int64_t> d, int64_t rank) {
-  if (!d || rank <= 0) return std::nullopt;
-  const int64_t w = *d < 0 ? *d + rank : *d;
-  return w >= 0 && w < rank ? std::optional(w) : std::nullopt;
+std::optional<int64_t> wrapped(std::optional<int64_t> d, size_t rank) {
+  if (!d) return std::nullopt;
+  const int64_t w = wrap_dim(*d, rank);
+  return w >= 0 && w < static_cast<int64_t>(rank) ? std::optional(w) : std::nullopt;
 }
 
-int64_t rank_of(const Program& p, const ir::GraphRef& r) {
-  return static_cast<int64_t>(p.ops[r.node].node->outputs[r.index].sizes.size());
+size_t rank_of(const Program& p, const ir::GraphRef& r) {
+  return p.ops[r.node].node->outputs[r.index].sizes.size();
 }
 
 // The (smaller, larger) dims transpose op `i` swaps, or nullopt.
 std::optional<std::pair<int64_t, int64_t>> swapped_dims(const Program& p, uint32_t i) {
   const ProgramOp& op = p.ops[i];
   if (op.inputs.size() != 1) return std::nullopt;
-  const int64_t rank = rank_of(p, op.inputs[0]);
+  const size_t rank = rank_of(p, op.inputs[0]);
   auto a = wrapped(int_operand(*op.node, 1), rank), b = wrapped(int_operand(*op.node, 2), rank);
   if (!a || !b) return std::nullopt;
   return std::minmax(*a, *b);
@@ -83,7 +83,7 @@ std::optional<ir::GraphRef> undone(const Program& p, const Ops& ops, uint32_t i)
   }
   if (op.node->op == ops.squeeze_dim && in.node->op == ops.unsqueeze && in.inputs.size() == 1) {
     // Both dims index the unsqueezed tensor, whose rank is the squeeze's input's.
-    const int64_t rank = rank_of(p, op.inputs[0]);
+    const size_t rank = rank_of(p, op.inputs[0]);
     auto added = wrapped(int_operand(*in.node, 1), rank);
     auto removed = wrapped(int_operand(*op.node, 1), rank);
     if (added && added == removed) return in.inputs[0];

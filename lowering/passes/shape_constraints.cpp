@@ -49,8 +49,6 @@ class Dims {
   std::vector<uint32_t> parent_;
 };
 
-int64_t wrap_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
-
 class Rules {
  public:
   Rules(Program& p, Dims& d) : p_(p), d_(d) {}
