@@ -67,7 +67,8 @@ if __package__ in (None, ""):
 import torch
 
 from benchmarks.memory import PeakRSS
-from benchmarks.mnist_step import Unavailable, describe, finish, fmt
+from benchmarks.cli import add_out, add_threads, fill_defaults, finish, fmt, set_threads, timed_run
+from benchmarks.mnist_step import describe
 from examples.bert import finetune
 from examples.device import device_and_sync
 
@@ -431,9 +432,8 @@ def parse_args(argv=None):
     p.add_argument("--compile-backend", default="inductor")
     p.add_argument("--compile-timeout", type=float, default=300,
                    help="seconds for all torch.compile parts together")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--out", type=Path, default=None, help="also write the result as JSON")
+    add_threads(p)
+    add_out(p)
     p.add_argument("--verbose", action="store_true", help="progress on stderr")
     p.add_argument("--compile-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -441,10 +441,8 @@ def parse_args(argv=None):
         unknown = set(getattr(args, name)) - set(choices)
         if unknown:
             p.error(f"unknown {name}: {', '.join(sorted(unknown))}")
-    defaults = QUICK if args.quick else {"steps": DEFAULT_STEPS, "warmup": DEFAULT_WARMUP}
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, QUICK if args.quick
+                  else {"steps": DEFAULT_STEPS, "warmup": DEFAULT_WARMUP})
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
     return args
@@ -452,14 +450,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     if args.compile_worker:
         compile_worker(args)
         return None
-    start = time.perf_counter()
-    result = run(args)
-    result["seconds"] = time.perf_counter() - start
+    result = timed_run(run, args)
     return finish(result, args,
                   f"MiniLM-L6 (BERT), batch {args.batch_size}, {args.steps} timed steps after "
                   f"{args.warmup} warm-up, {result['threads']} threads; train-fixed: length "

@@ -84,8 +84,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from benchmarks.cli import add_out, add_threads, fill_defaults, finish, fmt, set_threads, timed_run
 from benchmarks.memory import PeakRSS
-from benchmarks.mnist_step import finish
 
 MIN_LENGTH = 16
 MAX_LENGTH = 128
@@ -389,10 +389,6 @@ def run(args):
 
 # ---------------------------------------------------------------- output
 
-def fmt(value, spec):
-    return "n/a" if value is None else format(value, spec)
-
-
 def table(result, explain_lines):
     rows = result["rows"]
     disc_rows = [r for r in rows if r["backend"] == "disc"]
@@ -490,19 +486,16 @@ def parse_args(argv=None):
                    help="position table size (default 512, as BERT)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice)")
+    add_threads(p)
     p.add_argument("--explain-lines", type=int, default=12,
                    help="lines of the variable run's explain() to print (default 12)")
-    p.add_argument("--out", type=Path, default=None, help="also write the result as JSON")
+    add_out(p)
     p.add_argument("--verbose", action="store_true", help="per-step progress on stderr")
     args = p.parse_args(argv)
     defaults = {"steps": DEFAULT_STEPS, "layers": 4, "hidden": 256}
     if args.quick:
         defaults = {"steps": QUICK_STEPS, "layers": 2, "hidden": 128}
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, defaults)
     if args.warmup < 0 or args.steps <= args.warmup:
         p.error("need --warmup >= 0 and --steps > --warmup")
     if args.positions < MAX_LENGTH:
@@ -518,11 +511,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    result = run(args)
-    result["seconds"] = time.perf_counter() - start
+    set_threads(args.threads)
+    result = timed_run(run, args)
     return finish(result, args,
                   f"Dynamic shapes: {result['model']}; batch {args.batch_size}, {args.steps} "
                   f"steps per run (first {args.warmup} not timed), {result['threads']} threads; "

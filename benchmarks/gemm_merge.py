@@ -26,7 +26,6 @@ Run from the repository root: ``python -m benchmarks.gemm_merge``
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_disc
+from benchmarks.cli import add_out, add_threads, set_threads, write_json
 from examples.mnist.train import build_model
 
 
@@ -72,7 +72,7 @@ class EncoderLayer(nn.Module):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks.gemm_merge", description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=1)
+    add_threads(p, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant and round")
     p.add_argument("--rounds", type=int, default=5)
@@ -86,7 +86,7 @@ def parse_args(argv):
     p.add_argument("--only", choices=sorted({v[0] for v in VARIANTS}), action="append",
                    help="run only this workload (repeatable)")
     p.add_argument("--quick", action="store_true", help="few steps: a smoke test")
-    p.add_argument("--out", help="write the figures as JSON here")
+    add_out(p, help="write the figures as JSON here")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds = 3, 1, 1
@@ -195,7 +195,7 @@ VARIANTS = [
 
 def main(argv=()):
     args = parse_args(list(argv))
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     saved = torch_disc._C.gemm_merge()
     rows = []
     try:
@@ -218,8 +218,7 @@ def main(argv=()):
                                                  "mlp_batch")},
               "rows": rows}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
     return result
 
 

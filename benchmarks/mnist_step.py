@@ -52,6 +52,8 @@ if __package__ in (None, ""):
 import torch
 import torch.nn.functional as F
 
+from benchmarks.cli import (THREADS_HELP, add_out, add_threads, fill_defaults, fmt, set_threads,
+                            write_json)
 from benchmarks.memory import PeakRSS
 from examples.mnist.train import build_model
 
@@ -188,27 +190,6 @@ def trace_cost(device, sync, iters, counters=None):
     y.sum().item()
     sync_ms = (time.perf_counter() - start) * 1e3
     return {"us_per_op": elapsed * 1e6 / max(ops, 1), "ops": ops, "sync_ms": sync_ms}
-
-
-def finish(result, args, header, text):
-    """Prints a benchmark's header, table and total time; writes --out if set."""
-    print(header)
-    print(text)
-    print(f"\n({result['seconds']:.0f} s in all)")
-    if args.out:
-        write_json(args.out, result)
-    return result
-
-
-def write_json(path, result):
-    """Writes a benchmark's result dict as JSON (creating the folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {path}")
-
-
-def fmt(value, spec):
-    return "n/a" if value is None else format(value, spec)
 
 
 def disc_stats(info, steps):
@@ -381,18 +362,14 @@ def parse_args(argv=None):
     p.add_argument("--trace-ops", type=int, default=None,
                    help="loop iterations for the tracing-cost test (2 ops each; "
                         f"default {DEFAULTS['trace_ops']})")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice); fewer is "
-                        "steadier on a shared machine")
-    p.add_argument("--out", type=Path, default=ROOT / "results" / "bench_mnist.json")
+    add_threads(p, help=THREADS_HELP + "; fewer is steadier on a shared machine")
+    add_out(p, default=ROOT / "results" / "bench_mnist.json", help=None)
     p.add_argument("--compiled-worker", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     unknown = set(args.devices) - {"cpu", "disc", "disc-sync", "compile"}
     if unknown:
         p.error(f"unknown devices: {', '.join(sorted(unknown))}")
-    for key, value in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, QUICK if args.quick else DEFAULTS)
     if args.steps < 1 or args.warmup < 0 or args.trace_ops < 1 or args.rounds < 1:
         p.error("--steps, --rounds and --trace-ops must be >= 1, --warmup >= 0")
     return args
@@ -400,8 +377,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     if args.compiled_worker:  # subprocess side of time_compiled()
         info = {}
         with PeakRSS() as mem:

@@ -1,0 +1,75 @@
+"""What the benchmark modules' command lines share.
+
+Each module keeps its own ``parse_args`` and ``main``; these are the parts
+they have in common: the ``--threads`` and ``--out`` options, filling the
+options left unset from the module's normal or ``--quick`` defaults, setting
+the thread count, timing ``run(args)``, and printing the header and table
+and writing the result as JSON at the end.
+
+    args = p.parse_args(argv)          # p has cli.add_threads(p), cli.add_out(p)
+    cli.fill_defaults(args, QUICK if args.quick else DEFAULTS)
+    cli.set_threads(args.threads)
+    result = cli.timed_run(run, args)
+    return cli.finish(result, args, header, table)
+"""
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+THREADS_HELP = "torch CPU threads (default: torch's choice)"
+OUT_HELP = "also write the result as JSON"
+
+
+def add_threads(parser, default=None, help=THREADS_HELP):
+    parser.add_argument("--threads", type=int, default=default, help=help)
+
+
+def add_out(parser, default=None, help=OUT_HELP):
+    parser.add_argument("--out", type=Path, default=default, help=help)
+
+
+def fill_defaults(args, defaults):
+    """Options still None take their value from ``defaults``; returns args."""
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def set_threads(threads):
+    """``--threads``: torch's CPU threads; unset or 0 leaves torch's choice."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def timed_run(run, args):
+    """``run(args)``'s result dict, with the seconds it took as ``seconds``."""
+    start = time.perf_counter()
+    result = run(args)
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+def finish(result, args, header, text):
+    """Prints a benchmark's header, table and total time; writes --out if set."""
+    print(header)
+    print(text)
+    print(f"\n({result['seconds']:.0f} s in all)")
+    if args.out:
+        write_json(args.out, result)
+    return result
+
+
+def write_json(path, result):
+    """Writes a benchmark's result dict as JSON (creating the folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+def fmt(value, spec):
+    """A table cell: ``value`` formatted, or "n/a" for None."""
+    return "n/a" if value is None else format(value, spec)
