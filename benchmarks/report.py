@@ -30,10 +30,6 @@ from benchmarks import memory, roofline
 
 ROOT = Path(__file__).resolve().parents[1]
 EAGER = "cpu eager"
-TODO_FUSED_BANDWIDTH = (
-    "TODO: fraction of the STREAM bandwidth reached by disc's fused kernels -- not "
-    "measured: there is no standalone fused-kernel benchmark yet (no number is given "
-    "rather than a guessed one).")
 
 
 # ---------------------------------------------------------------- machine
@@ -207,7 +203,7 @@ def markdown(report):
     else:
         lines.append(roofline.table(r))
         lines += ["", "Threads: " + r["method"]["threads"] + ". Bandwidth in GB/s = 1e9 B/s."]
-    lines += ["", TODO_FUSED_BANDWIDTH, "", "## Step time", "", rows_table(report["rows"]), ""]
+    lines += ["", "## Step time", "", rows_table(report["rows"]), ""]
     lines += [
         "- ms/step: median over the timed steps after warm-up (mean where marked: BERT eval, "
         "the dynamic-shape runs, whose steps have different lengths); see each module's "
