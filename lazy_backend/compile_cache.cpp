@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -10,6 +11,7 @@
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/persistent_cache.h"
 #include "lowering/pipeline.h"
+#include "runtime/options.h"
 
 namespace disc {
 
@@ -24,6 +26,11 @@ void count_plan(const lowering::CompileResult& r) {
   metrics::bump("planned.epilogues", static_cast<int64_t>(p.epilogues()));
   metrics::bump("gemm_merge.groups", static_cast<int64_t>(p.gemm_groups.size()));
   metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
+  metrics::bump("codegen.declined", static_cast<int64_t>(p.plan.declined.size()));
+  if (options::flag(options::Id::kDebugCompile))
+    for (const lowering::DeclinedGroup& d : p.plan.declined)
+      std::fprintf(stderr, "disc: group %u (%s) runs op by op: %s\n", d.group,
+                   lowering::fusion_kind_name(p.groups[d.group].kind), d.why.c_str());
   for (const lowering::PassTiming& t : r.timings)
     metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));
 }

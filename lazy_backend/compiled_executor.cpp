@@ -1,20 +1,19 @@
-// The compiled executor: runs a graph as its fusion plan says. kLoop groups
-// with generated code run as one JIT-compiled kernel each (MLIR -> LLVM),
-// parallel over dim 0 on ATen's thread pool; every other op runs its ATen CPU
-// kernel, as in the reference executor. Kernels are shape-generic: sizes and
-// strides are passed at each launch.
+// The compiled executor: interprets the execution plan the compiler's plan
+// passes made (lowering/plan.h) and decides nothing itself. Each planned
+// kernel is emitted (lowering/codegen) and JIT-compiled (MLIR -> LLVM) once,
+// and launched parallel over dim 0 on ATen's thread pool; library calls run
+// on oneDNN (library_calls.h, conv_calls.h, gemm_merge_exec.h); every other
+// op runs its ATen CPU kernel, as in the reference executor. Kernels are
+// shape-generic: sizes and strides are passed at each launch.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <atomic>
+#include <chrono>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <mutex>
-#include <queue>
-#include <set>
+#include <sstream>
 
 #include "lazy_backend/conv_calls.h"
 #include "lazy_backend/executor.h"
@@ -28,14 +27,13 @@
 #include "lazy_backend/tensor_data.h"
 #include "lowering/codegen/fused_kernel.h"
 #include "runtime/mlir_jit.h"
+#include "runtime/options.h"
 
 namespace disc {
 
 namespace {
 
 using lowering::Program;
-
-constexpr size_t kMinFusedOps = 2;
 
 struct Kernel {
   lowering::FusedKernel spec;
@@ -67,26 +65,9 @@ std::shared_ptr<runtime::JitModule> jit_compile(const std::string& mlir, std::st
   return jit;
 }
 
-// One step of the schedule: a generated kernel, or a single op.
-struct Step {
-  int32_t kernel = -1;  // index into kernels, or -1
-  uint32_t op = 0;      // the op, when kernel < 0
-};
-
-std::vector<bool> used_outside_groups(const Program& p) {
-  std::vector<bool> used(p.ops.size(), false);
-  for (const ir::GraphRef& r : p.outputs) used[r.node] = true;
-  for (uint32_t i = 0; i < p.ops.size(); ++i) {
-    if (p.ops[i].erased) continue;
-    for (const ir::GraphRef& r : p.ops[i].inputs)
-      if (p.ops[r.node].group < 0 || p.ops[r.node].group != p.ops[i].group) used[r.node] = true;
-  }
-  return used;
-}
-
 void dump_kernel(const ir::Graph& g, const lowering::FusedKernel& k, const std::string& llvm_ir) {
-  const char* dir = std::getenv("DISC_DUMP_IR");
-  if (!dir || !*dir) return;
+  const std::string dir = options::text(options::Id::kDumpIr);
+  if (dir.empty()) return;
   std::ostringstream base;
   static std::atomic<int> counter{0};
   base << dir << "/" << std::hex << g.hash << std::dec << "." << k.name << counter++;
@@ -94,275 +75,162 @@ void dump_kernel(const ir::Graph& g, const lowering::FusedKernel& k, const std::
   std::ofstream(base.str() + ".ll") << llvm_ir;
 }
 
+// The code of each kernel the plan names, JIT-compiled.
+std::vector<Kernel> compile_kernels(const ir::Graph& g, const Program& program) {
+  std::vector<Kernel> kernels;
+  const bool dumping = !options::text(options::Id::kDumpIr).empty();
+  for (const lowering::KernelInterface& planned : program.plan.kernels) {
+    std::string why;
+    std::optional<lowering::FusedKernel> spec = lowering::emit_fused_kernel(program, planned.group, &why);
+    TORCH_INTERNAL_ASSERT(spec, "disc: planned kernel of group ", planned.group, " was not emitted: ", why);
+    std::string llvm_ir;
+    auto jit = jit_compile(spec->mlir, dumping ? &llvm_ir : nullptr);
+    dump_kernel(g, *spec, llvm_ir);
+    runtime::PackedFn fn = jit->lookup(spec->name);
+    kernels.push_back({std::move(*spec), std::move(jit), fn});
+  }
+  metrics::bump("kernels_compiled", static_cast<int64_t>(kernels.size()));
+  return kernels;
+}
+
+// Runs a compiled graph by interpreting its execution plan (lowering/plan.h).
 class CompiledExecutable final : public Executable {
  public:
-  CompiledExecutable(const ir::Graph& g, const Program& plan) : program_(plan) {
-    std::vector<bool> used = used_outside_groups(program_);
-    std::vector<int32_t> kernel_of_group(program_.groups.size(), -1);
-    for (uint32_t gi = 0; gi < program_.groups.size(); ++gi) {
-      std::optional<lowering::FusedKernel> spec = generate(gi, used);
-      if (!spec) continue;
-      std::string llvm_ir;
-      auto jit = jit_compile(spec->mlir, std::getenv("DISC_DUMP_IR") ? &llvm_ir : nullptr);
-      dump_kernel(g, *spec, llvm_ir);
-      kernel_of_group[gi] = static_cast<int32_t>(kernels_.size());
-      runtime::PackedFn fn = jit->lookup(spec->name);
-      kernels_.push_back({std::move(*spec), std::move(jit), fn});
-    }
-    metrics::bump("kernels_compiled", static_cast<int64_t>(kernels_.size()));
-    schedule(kernel_of_group);
-    plan_in_place();
-    plan_publishing(kernel_of_group);
-    for (const Step& s : steps_)
-      replay_ops_.push_back(s.kernel < 0 && program_.ops[s.op].cls != lowering::OpClass::kData
+  CompiledExecutable(const ir::Graph& g, const Program& program)
+      : program_(program), plan_(program_.plan), kernels_(compile_kernels(g, program_)) {
+    for (const lowering::Step& s : plan_.steps)
+      replay_ops_.push_back(s.kind == lowering::Step::Kind::kOp || s.kind == lowering::Step::Kind::kLibrary
                                 ? std::optional(resolve_op(program_.ops[s.op].node->op))
                                 : std::nullopt);
-    library_ = plan_library_calls(program_);
-    gemm_groups_ = GemmGroupRunner(program_, library_);
-    layouts_ = plan_conv_layouts(program_);
   }
 
   std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish) override {
     ExecutorAllocations from_host_cache;  // host_cache.h: no heap churn per step
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
     RunCounts n;
-    for (size_t s = 0; s < steps_.size(); ++s) {
-      if (profile_) {
-        const auto start = std::chrono::steady_clock::now();
-        run_step(s, g, values, n);
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now() - start).count();
-        const std::string label = "profile." + step_label(s, g);
-        metrics::bump(label + "_ns", ns);
-        metrics::bump(label + ".calls");
-      } else {
-        run_step(s, g, values, n);
-      }
-      if (publish && !publish_after_[s].empty()) {
-        for (size_t o : publish_after_[s]) {
+    const size_t n_steps = plan_.steps.size();
+    for (size_t s = 0; s < n_steps; ++s) {
+      if (profile_) run_step_timed(s, g, values, n);
+      else run_step(s, g, values, n);
+      const lowering::Step& step = plan_.steps[s];
+      if (publish && !step.publish.empty()) {
+        for (uint32_t o : step.publish) {
           const ir::GraphRef& r = program_.outputs[o];
           publish(o, values[r.node][r.index]);
         }
-        if (s + 1 < steps_.size()) n.early += static_cast<int64_t>(publish_after_[s].size());
+        if (s + 1 < n_steps) n.early += static_cast<int64_t>(step.publish.size());
       }
       // Values no later step reads are dropped now, so the allocator reuses
-      // their memory for the next ones instead of holding every
-      // intermediate of the step until the end.
-      for (const ir::GraphRef& r : release_[s]) {
+      // their memory for the next ones.
+      for (const ir::GraphRef& r : step.release) {
         at::Tensor& t = values[r.node][r.index];
         n.released += t.defined();
         t = at::Tensor();
       }
     }
-    static metrics::Named launched("kernels_launched"), fused("launches.fused"), aten("launches.aten"),
-        parts("launches.parallel_parts"), released("buffers.released_early"),
-        early("async.early_outputs");
-    launched += n.fused + n.aten;
-    fused += n.fused;
-    aten += n.aten;
-    // How many threads shared the launches: pinned by a test, since a build
-    // without OpenMP runs every kernel serially and is otherwise only slow.
-    parts += n.parallel_parts;
-    released += n.released;
-    early += n.early;
+    n.file();
     std::vector<at::Tensor> out;
     for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
     return out;
   }
 
  private:
-  // What DISC_PROFILE=1 files a step's time under: the generated kernel's
-  // name (its fusion kind and first op), or the op and how it ran.
-  std::string step_label(size_t s, const ir::Graph& g) const {
-    const Step& step = steps_[s];
-    if (step.kernel >= 0) return "fused." + kernels_[step.kernel].spec.name;
-    const uint32_t i = step.op;
-    const char* how = g.nodes[i].param >= 0            ? "param."
-                      : program_.ops[i].gemm_group >= 0 ? "gemm_group."
-                      : library_[i]                     ? "library."
-                                                        : "aten.";
-    return how + ir::op_name(g.nodes[i].node->op);
-  }
-
   // What one run did, counted locally and filed in the metrics once.
   struct RunCounts {
     int64_t fused = 0, aten = 0, parallel_parts = 0, released = 0;
     int64_t early = 0;  // outputs published before the last step
+    void file() const {
+      static metrics::Named launched("kernels_launched"), n_fused("launches.fused"),
+          n_aten("launches.aten"), parts("launches.parallel_parts"),
+          n_released("buffers.released_early"), n_early("async.early_outputs");
+      launched += fused + aten;
+      n_fused += fused;
+      n_aten += aten;
+      // How many threads shared the launches: pinned by a test, since a
+      // build without OpenMP runs every kernel serially and is otherwise
+      // only slow.
+      parts += parallel_parts;
+      n_released += released;
+      n_early += early;
+    }
   };
+
+  // DISC_PROFILE=1: the step's wall time, filed under its label.
+  void run_step_timed(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
+                      RunCounts& n) {
+    const auto start = std::chrono::steady_clock::now();
+    run_step(s, g, values, n);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start).count();
+    const std::string label = "profile." + step_label(s, g);
+    metrics::bump(label + "_ns", ns);
+    metrics::bump(label + ".calls");
+  }
+
+  // The generated kernel's name (its fusion kind and first op), or the op
+  // and how it ran.
+  std::string step_label(size_t s, const ir::Graph& g) const {
+    const lowering::Step& step = plan_.steps[s];
+    if (step.kind == lowering::Step::Kind::kKernel) return "fused." + kernels_[step.kernel].spec.name;
+    const char* how = step.kind == lowering::Step::Kind::kParam       ? "param."
+                      : step.kind == lowering::Step::Kind::kGemmGroup ? "gemm_group."
+                      : step.kind == lowering::Step::Kind::kLibrary   ? "library."
+                                                                      : "aten.";
+    return how + ir::op_name(g.nodes[step.op].node->op);
+  }
 
   void run_step(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
                 RunCounts& n) {
-    const Step& step = steps_[s];
-    if (step.kernel >= 0) {
-      const Kernel& k = kernels_[step.kernel];
-      n.parallel_parts += launch_fused_kernel(k.spec, k.fn, g, values, reusable_buffers(s, g, values));
-      ++n.fused;
-      return;
-    }
+    const lowering::Step& step = plan_.steps[s];
     const uint32_t i = step.op;
-    const ir::GraphNode& gn = g.nodes[i];
-    if (gn.param >= 0) {
-      values[i] = {param_tensor(*gn.node)};
-      return;
+    switch (step.kind) {
+      case lowering::Step::Kind::kKernel: {
+        const Kernel& k = kernels_[step.kernel];
+        n.parallel_parts += launch_fused_kernel(k.spec, k.fn, g, values, reusable_buffers(step, g, values));
+        ++n.fused;
+        return;
+      }
+      case lowering::Step::Kind::kParam:
+        values[i] = {param_tensor(*g.nodes[i].node)};
+        return;
+      case lowering::Step::Kind::kGemmGroup:  // merged GEMMs: one call for all members
+        run_gemm_group(program_, program_.ops[i].gemm_group, g, values);
+        return;
+      case lowering::Step::Kind::kLibrary:  // GEMMs on oneDNN, epilogues, convolutions
+        values[i] = run_library_call(*plan_.library[i], *g.nodes[i].node, inputs_of(i, values),
+                                     *replay_ops_[s], &g);
+        break;
+      case lowering::Step::Kind::kOp: {
+        std::vector<at::Tensor> ins = inputs_of(i, values);
+        if (plan_.layouts.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
+        std::vector<bool> in_place;
+        if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins);
+        values[i] = replay(*replay_ops_[s], *g.nodes[i].node, std::move(ins),
+                           in_place.empty() ? nullptr : &in_place);
+        ++n.aten;
+        break;
+      }
     }
-    if (program_.ops[i].gemm_group >= 0) {  // merged GEMMs: one call for all members
-      gemm_groups_.run(program_, program_.ops[i].gemm_group, g, values);
-      return;
-    }
+    // NHWC from a convolution, read as NCHW next.
+    if (!plan_.layouts.to_nchw[i].empty()) make_nchw(values[i], plan_.layouts.to_nchw[i]);
+  }
+
+  std::vector<at::Tensor> inputs_of(uint32_t i, const std::vector<std::vector<at::Tensor>>& values) const {
     std::vector<at::Tensor> ins;
     for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
-    if (library_[i]) {  // GEMMs on oneDNN, epilogues, convolutions
-      values[i] = run_library_call(*library_[i], *gn.node, std::move(ins), *replay_ops_[s], &g);
-      if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
-      return;
-    }
-    if (layouts_.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
-    std::vector<bool> in_place;
-    if (!last_reader_[s].empty()) in_place = writable_in_place(s, g, ins);
-    values[i] = replay(*replay_ops_[s], *gn.node, std::move(ins),
-                       in_place.empty() ? nullptr : &in_place);
-    // NHWC from a convolution, read as NCHW next.
-    if (!layouts_.to_nchw[i].empty()) make_nchw(values[i], layouts_.to_nchw[i]);
-    ++n.aten;
-  }
-
-  // The kernel of group `gi`, or nullopt where its ops run one by one: a
-  // lone element-wise op (ATen's kernel for it is already vectorized, and
-  // fusion gains nothing), or a group the codegen declines (counted).
-  std::optional<lowering::FusedKernel> generate(uint32_t gi, const std::vector<bool>& used) {
-    const lowering::FusionGroup& group = program_.groups[gi];
-    if (group.kind == lowering::FusionKind::kLoop && group.ops.size() < kMinFusedOps)
-      return std::nullopt;
-    std::string why;
-    if (auto k = lowering::emit_fused_kernel(program_, gi, used, &why)) return k;
-    metrics::bump("codegen.declined");
-    if (std::getenv("DISC_DEBUG_COMPILE"))
-      std::fprintf(stderr, "disc: group %u (%s) runs op by op: %s\n", gi,
-                   lowering::fusion_kind_name(group.kind), why.c_str());
-    return std::nullopt;
-  }
-
-  // Kahn's algorithm over kernels and single ops, smallest op index first:
-  // a group runs once all its external inputs exist.
-  void schedule(const std::vector<int32_t>& kernel_of_group) {
-    const size_t n_ops = program_.ops.size();
-    auto unit = [&](uint32_t i) -> int64_t {  // kernel units are numbered after ops
-      if (int32_t mg = program_.ops[i].gemm_group; mg >= 0) return program_.gemm_groups[mg].ops.front();
-      int32_t g = program_.ops[i].group;
-      return g >= 0 && kernel_of_group[g] >= 0 ? static_cast<int64_t>(n_ops + kernel_of_group[g]) : i;
-    };
-    const size_t n_units = n_ops + kernels_.size();
-    std::vector<std::vector<size_t>> next(n_units);
-    std::vector<size_t> indegree(n_units, 0), first_op(n_units, SIZE_MAX);
-    std::vector<bool> present(n_units, false);
-    for (uint32_t i = 0; i < n_ops; ++i) {
-      if (program_.ops[i].erased) continue;
-      size_t u = unit(i);
-      present[u] = true;
-      first_op[u] = std::min<size_t>(first_op[u], i);
-      for (const ir::GraphRef& r : program_.ops[i].inputs) {
-        size_t v = unit(r.node);
-        if (v == u) continue;
-        next[v].push_back(u);
-        ++indegree[u];
-      }
-    }
-    using Item = std::pair<size_t, size_t>;  // (first op, unit)
-    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
-    for (size_t u = 0; u < n_units; ++u)
-      if (present[u] && indegree[u] == 0) ready.push({first_op[u], u});
-    while (!ready.empty()) {
-      size_t u = ready.top().second;
-      ready.pop();
-      steps_.push_back(u >= n_ops ? Step{static_cast<int32_t>(u - n_ops), 0}
-                                  : Step{-1, static_cast<uint32_t>(u)});
-      for (size_t v : next[u])
-        if (--indegree[v] == 0) ready.push({first_op[v], v});
-    }
-  }
-
-  // Which values each step reads last (release_); for each op that writes
-  // inputs in place, which of those inputs it reads last (no later step, no
-  // graph output, no other operand of the same op); for each kernel that
-  // may write into input buffers, which inputs it reads last. Those values
-  // are dead once the step runs, so their buffers can take its results --
-  // an optimizer updates its parameters and state in their buffers instead
-  // of allocating and copying a second set every step.
-  void plan_in_place() {
-    std::map<std::pair<uint32_t, uint32_t>, size_t> last;  // value -> last reading step
-    auto read = [&](const ir::GraphRef& r, size_t step) { last[{r.node, r.index}] = step; };
-    for (size_t s = 0; s < steps_.size(); ++s) {
-      if (steps_[s].kernel >= 0) {
-        for (const ir::GraphRef& r : kernels_[steps_[s].kernel].spec.inputs) read(r, s);
-      } else if (int32_t mg = program_.ops[steps_[s].op].gemm_group; mg >= 0) {
-        for (uint32_t m : program_.gemm_groups[mg].ops)
-          for (const ir::GraphRef& r : program_.ops[m].inputs) read(r, s);
-      } else {
-        for (const ir::GraphRef& r : program_.ops[steps_[s].op].inputs) read(r, s);
-      }
-    }
-    for (const ir::GraphRef& r : program_.outputs) read(r, SIZE_MAX);
-    release_.assign(steps_.size(), {});
-    for (const auto& [value, step] : last)
-      if (step != SIZE_MAX) release_[step].push_back({value.first, value.second});
-    last_reader_.assign(steps_.size(), {});
-    for (size_t s = 0; s < steps_.size(); ++s) {
-      if (steps_[s].kernel >= 0) {
-        const lowering::FusedKernel& k = kernels_[steps_[s].kernel].spec;
-        if (!k.loads_before_stores) continue;
-        std::vector<bool> mine;
-        for (const ir::GraphRef& r : k.inputs) mine.push_back(last[{r.node, r.index}] == s);
-        if (std::count(mine.begin(), mine.end(), true)) last_reader_[s] = std::move(mine);
-        continue;
-      }
-      const lowering::ProgramOp& op = program_.ops[steps_[s].op];
-      const std::vector<uint32_t>& mutated = op.node->mutated;
-      if (mutated.empty()) continue;
-      std::vector<bool> mine(mutated.size(), false);
-      bool any = false;
-      for (size_t j = 0; j < mutated.size(); ++j) {
-        const ir::GraphRef r = op.inputs[mutated[j]];
-        const bool once = std::count(op.inputs.begin(), op.inputs.end(), r) == 1;
-        mine[j] = once && last[{r.node, r.index}] == s;
-        any = any || mine[j];
-      }
-      if (any) last_reader_[s] = std::move(mine);
-    }
-  }
-
-  // Which graph outputs are final after each step: the step that makes an
-  // output is the last to write it (outputs are never reused in place).
-  // Outputs whose maker is not found are published with the results.
-  void plan_publishing(const std::vector<int32_t>& kernel_of_group) {
-    const size_t none = SIZE_MAX;
-    std::vector<size_t> maker(program_.ops.size(), none), kernel_step(kernels_.size(), none);
-    for (size_t s = 0; s < steps_.size(); ++s) {
-      if (steps_[s].kernel >= 0) {
-        kernel_step[steps_[s].kernel] = s;
-      } else if (int32_t mg = program_.ops[steps_[s].op].gemm_group; mg >= 0) {
-        for (uint32_t m : program_.gemm_groups[mg].ops) maker[m] = s;
-      } else {
-        maker[steps_[s].op] = s;
-      }
-    }
-    for (uint32_t i = 0; i < program_.ops.size(); ++i)
-      if (int32_t gi = program_.ops[i].group; gi >= 0 && kernel_of_group[gi] >= 0)
-        maker[i] = kernel_step[kernel_of_group[gi]];
-    publish_after_.assign(steps_.size(), {});
-    for (size_t o = 0; o < program_.outputs.size(); ++o)
-      if (size_t s = maker[program_.outputs[o].node]; s != none) publish_after_[s].push_back(o);
+    return ins;
   }
 
   // The planned in-place writes that are safe in this run: the buffer is not
   // shared with another tensor (a view, a CPU tensor the user holds) and, for
   // a parameter, not still the data of a storage this sync keeps.
-  std::vector<bool> writable_in_place(size_t s, const ir::Graph& g,
+  std::vector<bool> writable_in_place(const lowering::Step& step, const ir::Graph& g,
                                       const std::vector<at::Tensor>& ins) const {
-    const lowering::ProgramOp& op = program_.ops[steps_[s].op];
-    std::vector<bool> ok = last_reader_[s];
+    const lowering::ProgramOp& op = program_.ops[step.op];
+    std::vector<bool> ok = step.last_read;
     for (size_t j = 0; j < ok.size(); ++j) {
       if (!ok[j]) continue;
-      const uint32_t m = g.nodes[steps_[s].op].node->mutated[j];  // program_ nodes are gone
+      const uint32_t m = g.nodes[step.op].node->mutated[j];  // program_ nodes are gone
       ok[j] = sole_buffer(g, op.inputs[m].node, ins[m], 2);  // values[] and `ins`
       static metrics::Named writes("inplace.writes"), copies("inplace.copies");
       ++(ok[j] ? writes : copies);
@@ -384,17 +252,17 @@ class CompiledExecutable final : public Executable {
            !t.unsafeGetTensorImpl()->is_wrapped_number();
   }
 
-  // The buffers kernel step `s` writes its outputs into (kernel_launch.h):
+  // The buffers kernel step `step` writes its outputs into (kernel_launch.h):
   // for each element-wise output, an input the step reads last, of the
   // output's sizes, contiguous float32 and the sole user of its buffer.
   // The rest are allocated. An SGD update of a [256, 784] weight in its own
   // buffers instead of fresh ones: 133 -> 75 us, and no second copy of the
   // parameters and their state.
-  std::vector<at::Tensor> reusable_buffers(size_t s, const ir::Graph& g,
+  std::vector<at::Tensor> reusable_buffers(const lowering::Step& step, const ir::Graph& g,
                                            const std::vector<std::vector<at::Tensor>>& values) const {
-    const std::vector<bool>& last = last_reader_[s];
+    const std::vector<bool>& last = step.last_read;
     if (last.empty()) return {};
-    const lowering::FusedKernel& k = kernels_[steps_[s].kernel].spec;
+    const lowering::FusedKernel& k = kernels_[step.kernel].spec;
     std::vector<at::Tensor> into(k.outputs.size());
     std::vector<bool> taken(k.inputs.size(), false);
     static metrics::Named reused("inplace.kernel_outputs");
@@ -418,20 +286,11 @@ class CompiledExecutable final : public Executable {
     return into;
   }
 
-  // DISC_PROFILE=1: each step's wall time goes into the metrics.
-  const bool profile_ = std::getenv("DISC_PROFILE") != nullptr;
+  const bool profile_ = options::flag(options::Id::kProfile);
   Program program_;  // its node pointers die with the first graph: read nodes from `g`
-  std::vector<Kernel> kernels_;
-  std::vector<Step> steps_;
-  // Per step, see plan_in_place: for an op, per mutated input; for a kernel
-  // whose outputs may reuse input buffers, per kernel input.
-  std::vector<std::vector<bool>> last_reader_;
-  std::vector<std::vector<ir::GraphRef>> release_;  // per step: values it reads last
-  std::vector<std::vector<size_t>> publish_after_;   // per step: outputs final after it
-  std::vector<std::optional<c10::OperatorHandle>> replay_ops_;
-  std::vector<std::optional<LibraryCall>> library_;  // per op, see library_calls.h
-  GemmGroupRunner gemm_groups_;                      // merged GEMMs, gemm_merge_exec.h
-  ConvLayoutPlan layouts_;  // where activations are NHWC, see conv_calls.h
+  const lowering::ExecutionPlan& plan_;
+  std::vector<Kernel> kernels_;  // per plan kernel
+  std::vector<std::optional<c10::OperatorHandle>> replay_ops_;  // per step: its ATen op
 };
 
 class CompiledExecutor final : public Executor {

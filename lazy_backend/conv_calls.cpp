@@ -1,5 +1,4 @@
-// Convolutions on oneDNN for the compiled executor, and the NHWC layout plan
-// (see conv_calls.h). The node's operands follow the ATen schemas:
+// Convolutions on oneDNN for the compiled executor (see conv_calls.h). The node's operands follow the ATen schemas:
 //   convolution(input, weight, bias?, stride, padding, dilation, transposed,
 //               output_padding, groups)
 //   convolution_backward(grad_output, input, weight, bias_sizes?, stride,
@@ -11,8 +10,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "lazy_backend/metrics.h"
@@ -30,30 +27,6 @@ uint32_t conv_id() {
   static const uint32_t id = ir::intern_op("aten::convolution");
   return id;
 }
-uint32_t conv_backward_id() {
-  static const uint32_t id = ir::intern_op("aten::convolution_backward");
-  return id;
-}
-
-// DISC_CONV_LAYOUT=nchw: the layout-unaware baseline (NCHW activations,
-// oneDNN reorders to its blocked layout and back inside every call).
-bool nhwc_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DISC_CONV_LAYOUT");
-    return !(v && std::strcmp(v, "nchw") == 0);
-  }();
-  return on;
-}
-
-// DISC_ONEDNN_CONV=0: every convolution on ATen (reason "disabled"), as
-// before oneDNN took them; for comparisons and for bisecting a wrong result.
-bool onednn_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DISC_ONEDNN_CONV");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
 
 const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
   const ir::Attr* a = n.attr_operand(pos);
@@ -64,19 +37,6 @@ const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
 // Where the convolution's geometry starts: stride is operand 3 of
 // convolution and operand 4 of convolution_backward.
 size_t geometry_base(const ir::Node& n) { return n.op == conv_id() ? 3 : 4; }
-
-// Why node `n` must run on ATen, or nullptr when oneDNN takes it;
-// `f32_inputs`: whether every tensor input is float32.
-const char* aten_reason(const ir::Node& n, bool f32_inputs) {
-  if (!onednn_enabled()) return "disabled";
-  if (!f32_inputs) return "dtype";
-  for (const ir::TensorType& t : n.outputs)
-    if (!t.undefined && t.dtype != ir::DType::kFloat32) return "dtype";
-  const size_t g = geometry_base(n);
-  if (attr_operand(n, g).ints.size() != 2) return "rank";  // conv1d / conv3d
-  if (attr_operand(n, g + 3).i != 0) return "transposed";
-  return nullptr;
-}
 
 runtime::ConvShape shape_of(const ir::Node& n, const at::Tensor& input, const at::Tensor& weight,
                             const std::vector<int64_t>& out_sizes) {
@@ -138,13 +98,14 @@ at::Tensor finish(at::Tensor t, bool nhwc_out) {
   return t.contiguous();
 }
 
-runtime::ConvLayout layout() {
-  return nhwc_enabled() ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser}
-                        : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest};
+runtime::ConvLayout layout(bool nhwc) {
+  return nhwc ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser}
+              : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest};
 }
 
-at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, bool nhwc_out) {
-  const runtime::ConvLayout l = layout();
+at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, bool nhwc,
+                   bool nhwc_out) {
+  const runtime::ConvLayout l = layout(nhwc);
   const at::Tensor input = activation(ins[0], l.act), weight = dense(ins[1]);
   const bool has_bias = n.operands[2].kind == ir::Operand::Kind::kTensor;
   const at::Tensor bias = has_bias ? dense(ins[n.operands[2].first]) : at::Tensor();
@@ -161,8 +122,9 @@ at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, b
   return finish(out, nhwc_out);
 }
 
-std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins, bool nhwc_out) {
-  const runtime::ConvLayout l = layout();
+std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins, bool nhwc,
+                                 bool nhwc_out) {
+  const runtime::ConvLayout l = layout(nhwc);
   const std::vector<int64_t>& mask = attr_operand(n, 10).ints;
   const at::Tensor grad = activation(ins[0], l.act), weight = dense(ins[2]);
   const at::Tensor input = mask[1] || mask[2] ? activation(ins[1], l.act) : ins[1];
@@ -189,94 +151,19 @@ std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins
   return outs;
 }
 
-// Readers that see an NHWC tensor as the same values: element-wise ops
-// (ATen's and our fused kernels, which take strides), pooling and
-// convolutions. Anything else (views, GEMMs, reductions, opaque ops) gets
-// NCHW.
-bool layout_agnostic(uint32_t op) {
-  static const uint32_t pool = ir::intern_op("aten::max_pool2d_with_indices"),
-                        pool_bw = ir::intern_op("aten::max_pool2d_with_indices_backward");
-  return op == pool || op == pool_bw || is_conv_op(op) ||
-         lowering::classify(op) == lowering::OpClass::kElementwise;
-}
-
 }  // namespace
 
-bool is_conv_op(uint32_t op) { return op == conv_id() || op == conv_backward_id(); }
-
-ConvLayoutPlan plan_conv_layouts(const lowering::Program& p) {
-  const size_t n = p.ops.size();
-  ConvLayoutPlan plan{std::vector<bool>(n, false), std::vector<std::vector<bool>>(n),
-                      std::vector<bool>(n, false)};
-  if (!nhwc_enabled() || !onednn_enabled()) return plan;
-  // needs_nchw[op][k]: output k of op is a graph output or has a reader that
-  // is not layout-agnostic.
-  std::vector<std::vector<bool>> needs_nchw(n), may_nhwc(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    needs_nchw[i].assign(p.ops[i].node->outputs.size(), false);
-    may_nhwc[i].assign(p.ops[i].node->outputs.size(), false);
-  }
-  std::vector<int32_t> epilogue(n, -1);
-  for (uint32_t i = 0; i < n; ++i) {
-    const lowering::ProgramOp& op = p.ops[i];
-    if (op.erased) continue;
-    if (op.epilogue_of >= 0) epilogue[op.epilogue_of] = static_cast<int32_t>(i);
-    const bool agnostic = layout_agnostic(op.node->op);
-    for (const ir::GraphRef& r : op.inputs)
-      if (!agnostic) needs_nchw[r.node][r.index] = true;
-  }
-  for (const ir::GraphRef& r : p.outputs) needs_nchw[r.node][r.index] = true;
-  // A relu epilogue passes its library call's buffer on: that buffer's
-  // readers are the relu's.
-  for (uint32_t i = 0; i < n; ++i)
-    if (epilogue[i] >= 0) needs_nchw[i][0] = needs_nchw[epilogue[i]][0];
-  // In program order (inputs first): where NHWC can appear, and where it must
-  // turn back.
-  for (uint32_t i = 0; i < n; ++i) {
-    const lowering::ProgramOp& op = p.ops[i];
-    if (op.erased || op.cls == lowering::OpClass::kData) continue;
-    if (is_conv_op(op.node->op)) {
-      bool f32 = true;
-      for (const ir::GraphRef& r : op.inputs)
-        f32 = f32 && p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kFloat32;
-      if (!aten_reason(*op.node, f32)) {
-        // NHWC unless a reader (of the relu epilogue, if any) needs NCHW.
-        plan.nhwc_out[i] = !needs_nchw[i][0];
-        may_nhwc[i][0] = !needs_nchw[i][0];
-        continue;
-      }
-    }
-    if (op.epilogue_of >= 0) {
-      may_nhwc[i][0] = may_nhwc[op.epilogue_of][0];
-      continue;
-    }
-    bool any = false, nchw_4d = false;
-    for (const ir::GraphRef& r : op.inputs) {
-      any = any || may_nhwc[r.node][r.index];
-      nchw_4d = nchw_4d || (!may_nhwc[r.node][r.index] &&
-                            p.ops[r.node].node->outputs[r.index].sizes.size() == 4);
-    }
-    if (!any || !layout_agnostic(op.node->op)) continue;
-    plan.match_inputs[i] = nchw_4d && !is_conv_op(op.node->op) && op.group < 0;
-    for (size_t k = 0; k < may_nhwc[i].size(); ++k) may_nhwc[i][k] = !needs_nchw[i][k];
-    if (std::find(needs_nchw[i].begin(), needs_nchw[i].end(), true) != needs_nchw[i].end())
-      plan.to_nchw[i] = needs_nchw[i];
-  }
-  return plan;
-}
-
-std::vector<at::Tensor> run_conv_call(const ir::Node& n, std::vector<at::Tensor> ins,
-                                      const c10::OperatorHandle& aten, bool relu, bool nhwc_out) {
-  bool f32 = true;
-  for (const at::Tensor& t : ins) f32 = f32 && t.scalar_type() == at::kFloat;
-  const char* why = aten_reason(n, f32);
+std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const ir::Node& n,
+                                      std::vector<at::Tensor> ins, const c10::OperatorHandle& aten) {
+  const bool relu = call.act == lowering::Activation::kRelu, nhwc_out = call.nhwc_out;
+  const char* why = call.declined;
   if (!why) {
     metrics::bump("library.onednn");
     // oneDNN's parallel regions follow this thread's OpenMP setting: make it
     // torch's (see library_calls.cpp).
     at::internal::lazy_init_num_threads();
-    if (n.op == conv_id()) return {forward(n, ins, relu, nhwc_out)};
-    return backward(n, ins, nhwc_out);
+    if (n.op == conv_id()) return {forward(n, ins, relu, call.nhwc, nhwc_out)};
+    return backward(n, ins, call.nhwc, nhwc_out);
   }
   metrics::bump("library.aten");
   metrics::bump(n.op == conv_id() ? "library.aten.convolution" : "library.aten.convolution_backward");

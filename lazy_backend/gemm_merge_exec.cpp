@@ -37,33 +37,11 @@ at::Tensor concat(const std::vector<at::Tensor>& ms, int64_t dim) {
   return at::cat(ts, 1 - dim).t();
 }
 
-// Whether `user` needs member `m`'s value as a buffer of its own: an op
-// that indexes storage (as_strided) or one we know nothing about. Kernels,
-// ATen element-wise / layout ops and GEMMs take any strides; a view that
-// keeps the last dim only splits rows, which a column slice allows.
-bool needs_own_buffer(const lowering::Program& p, uint32_t m, const lowering::ProgramOp& user) {
-  static const uint32_t as_strided = ir::intern_op("aten::as_strided"), view = ir::intern_op("aten::view"),
-                        unsafe_view = ir::intern_op("aten::_unsafe_view");
-  if (user.node->op == view || user.node->op == unsafe_view)
-    return user.dims.empty() || user.dims[0].empty() || user.dims[0].back() != p.ops[m].dims[0].back();
-  return user.cls == lowering::OpClass::kOpaque || user.cls == lowering::OpClass::kData ||
-         user.node->op == as_strided;
-}
-
 }  // namespace
 
-GemmGroupRunner::GemmGroupRunner(const lowering::Program& p,
-                                 const std::vector<std::optional<LibraryCall>>& calls)
-    : dense_(p.ops.size(), false), calls_(calls) {
-  for (const ir::GraphRef& r : p.outputs) dense_[r.node] = true;
-  const std::vector<std::vector<uint32_t>> users = lowering::users_of(p);
-  for (const lowering::GemmGroup& grp : p.gemm_groups)
-    for (uint32_t m : grp.ops)
-      for (uint32_t u : users[m]) dense_[m] = dense_[m] || needs_own_buffer(p, m, p.ops[u]);
-}
-
-void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::Graph& g,
-                          std::vector<std::vector<at::Tensor>>& values) const {
+void run_gemm_group(const lowering::Program& p, uint32_t group, const ir::Graph& g,
+                    std::vector<std::vector<at::Tensor>>& values) {
+  const std::vector<std::optional<lowering::LibraryCall>>& calls = p.plan.library;
   const lowering::GemmGroup& grp = p.gemm_groups[group];
   std::vector<std::vector<at::Tensor>> ins(grp.ops.size());
   for (size_t i = 0; i < grp.ops.size(); ++i) {
@@ -87,7 +65,7 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
     for (size_t i = 0; i < ops.size(); ++i) {
       bs.push_back(ops[i].b);
       if (ops[i].bias.defined()) biases.push_back(ops[i].bias);
-      if (std::optional<at::Tensor> base = weight_base(*calls_[grp.ops[i]], g)) weights.push_back({*base, ops[i].b});
+      if (std::optional<at::Tensor> base = weight_base(*calls[grp.ops[i]], g)) weights.push_back({*base, ops[i].b});
     }
     at::Tensor bias = biases.empty() ? at::Tensor() : at::cat(biases, 0);
     at::Tensor out;
@@ -112,7 +90,7 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
     std::vector<at::Tensor> as;
     for (const Operands& o : ops) as.push_back(o.a);
     std::vector<WeightView> weights;
-    if (std::optional<at::Tensor> base = weight_base(*calls_[grp.ops[0]], g)) weights.push_back({*base, ops[0].b});
+    if (std::optional<at::Tensor> base = weight_base(*calls[grp.ops[0]], g)) weights.push_back({*base, ops[0].b});
     at::Tensor out = onednn_matmul(concat(as, 0), ops[0].b, ops[0].bias, runtime::Activation::kNone, false,
                                    weights.empty() ? nullptr : &weights);
     int64_t off = 0;
@@ -130,7 +108,7 @@ void GemmGroupRunner::run(const lowering::Program& p, uint32_t group, const ir::
     const uint32_t m = grp.ops[i];
     TORCH_INTERNAL_ASSERT(parts[i].sizes() == c10::IntArrayRef(g.nodes[m].node->outputs[0].sizes),
                           "disc: merged GEMM part of %", m, " differs from its trace");
-    if (dense_[m]) {
+    if (calls[m]->own_buffer) {
       parts[i] = parts[i].clone(at::MemoryFormat::Contiguous);
       metrics::bump("gemm_merge.slice_copies");
     }

@@ -28,18 +28,10 @@
 
 namespace disc {
 
-class GemmGroupRunner {
- public:
-  GemmGroupRunner() = default;
-  GemmGroupRunner(const lowering::Program& p, const std::vector<std::optional<LibraryCall>>& calls);
-
-  // Runs gemm group `group` of `p` in graph `g`; writes every member's value.
-  void run(const lowering::Program& p, uint32_t group, const ir::Graph& g,
-           std::vector<std::vector<at::Tensor>>& values) const;
-
- private:
-  std::vector<bool> dense_;  // per op: the member's part must be a dense copy
-  std::vector<std::optional<LibraryCall>> calls_;
-};
+// Runs gemm group `group` of `p` in graph `g` as p.plan.library says
+// (LibraryCall::own_buffer: a member's part must be a dense copy); writes
+// every member's value.
+void run_gemm_group(const lowering::Program& p, uint32_t group, const ir::Graph& g,
+                    std::vector<std::vector<at::Tensor>>& values);
 
 }  // namespace disc

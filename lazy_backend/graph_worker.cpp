@@ -13,20 +13,11 @@
 #include <thread>
 
 #include "lazy_backend/tensor_data.h"
+#include "runtime/options.h"
 
 namespace disc {
 
 namespace {
-
-bool async_from_env() {
-  const char* e = std::getenv("DISC_ASYNC");
-  return !(e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "false") == 0));
-}
-
-std::atomic<bool>& async_flag() {
-  static std::atomic<bool> on{async_from_env()};
-  return on;
-}
 
 class Worker {
  public:
@@ -138,11 +129,11 @@ Worker& worker() {
 
 }  // namespace
 
-bool async_enabled() { return async_flag().load(); }
+bool async_enabled() { return options::flag(options::Id::kAsync); }
 
 void set_async_enabled(bool on) {
   wait_for_worker();
-  async_flag() = on;
+  options::set(options::Id::kAsync, on ? "1" : "0");
 }
 
 void run_on_worker(std::function<void()> work) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lazy_backend/metrics.h"
+#include "runtime/options.h"
 
 namespace disc {
 
@@ -31,15 +32,7 @@ size_t size_class(size_t n) {
 }
 
 int64_t idle_cap_bytes() {
-  static const int64_t cap = [] {
-    const char* s = std::getenv("DISC_HOST_CACHE_MB");
-    if (!s || !*s) return int64_t{1024} << 20;
-    char* end = nullptr;
-    const long long mb = std::strtoll(s, &end, 10);
-    TORCH_CHECK(end && *end == '\0' && mb >= 0,
-                "disc: DISC_HOST_CACHE_MB must be a number of MiB >= 0, got '", s, "'");
-    return static_cast<int64_t>(mb) << 20;
-  }();
+  static const int64_t cap = options::integer(options::Id::kHostCacheMb) << 20;
   return cap;
 }
 

@@ -163,6 +163,15 @@ std::string short_name(uint32_t op) {
 
 }  // namespace
 
+runtime::Activation onednn_activation(lowering::Activation a) {
+  switch (a) {
+    case lowering::Activation::kNone: return runtime::Activation::kNone;
+    case lowering::Activation::kRelu: return runtime::Activation::kRelu;
+    case lowering::Activation::kGelu: return runtime::Activation::kGelu;
+  }
+  return runtime::Activation::kNone;
+}
+
 const char* gemm_aten_reason(const ir::Node& n, const std::vector<at::Tensor>& ins) {
   return aten_reason(gemm_kind(n.op), n, ins);
 }
@@ -180,57 +189,6 @@ std::optional<at::Tensor> weight_base(const LibraryCall& call, const ir::Graph& 
   return base;
 }
 
-namespace {
-
-// The parameter op B of GEMM `i` is a view of, through ops that only
-// relayout it, or -1.
-int32_t weight_param_of(const lowering::Program& p, uint32_t i) {
-  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm");
-  static const std::vector<uint32_t> views{ir::intern_op("aten::transpose.int"), ir::intern_op("aten::t"),
-                                           ir::intern_op("aten::permute"), ir::intern_op("aten::alias")};
-  const lowering::ProgramOp& op = p.ops[i];
-  if (op.node->op != mm && op.node->op != addmm) return -1;
-  uint32_t src = op.inputs[op.node->op == addmm ? 2 : 1].node;
-  while (std::find(views.begin(), views.end(), p.ops[src].node->op) != views.end())
-    src = p.ops[src].inputs[0].node;
-  return p.ops[src].cls == lowering::OpClass::kData ? static_cast<int32_t>(src) : -1;
-}
-
-}  // namespace
-
-std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Program& p) {
-  std::vector<std::optional<LibraryCall>> calls(p.ops.size());
-  for (uint32_t i = 0; i < p.ops.size(); ++i) {
-    const lowering::ProgramOp& op = p.ops[i];
-    if (op.erased) continue;
-    if (op.epilogue_of >= 0) {
-      calls[i] = LibraryCall{LibraryCall::Kind::kEpilogue};
-      std::optional<LibraryCall>& gemm = calls[op.epilogue_of];  // ops come after their inputs
-      TORCH_INTERNAL_ASSERT(gemm && (gemm->kind == LibraryCall::Kind::kGemm ||
-                                     gemm->kind == LibraryCall::Kind::kConv),
-                            "disc: epilogue of a non-GEMM op");
-      static const uint32_t relu = ir::intern_op("aten::relu");
-      gemm->act = op.node->op == relu ? runtime::Activation::kRelu : runtime::Activation::kGelu;
-    } else if (op.cls == lowering::OpClass::kLibrary) {
-      const bool gemm = gemm_kind(op.node->op) != Gemm::kNone;
-      calls[i] = LibraryCall{gemm ? LibraryCall::Kind::kGemm : LibraryCall::Kind::kAten};
-      if (gemm) calls[i]->weight_param = weight_param_of(p, i);
-      if (is_conv_op(op.node->op)) calls[i]->kind = LibraryCall::Kind::kConv;
-    }
-  }
-  // A B read by several GEMMs is packed once and reused within the step.
-  std::map<std::pair<uint32_t, uint32_t>, int> readers;
-  auto b_of = [&](uint32_t i) { return p.ops[i].inputs[p.ops[i].inputs.size() == 3 ? 2 : 1]; };
-  for (uint32_t i = 0; i < p.ops.size(); ++i)
-    if (calls[i] && calls[i]->weight_param >= 0) ++readers[{b_of(i).node, b_of(i).index}];
-  for (uint32_t i = 0; i < p.ops.size(); ++i)
-    if (calls[i] && calls[i]->weight_param >= 0) calls[i]->weight_reused = readers[{b_of(i).node, b_of(i).index}] > 1;
-  const ConvLayoutPlan layouts = plan_conv_layouts(p);
-  for (uint32_t i = 0; i < p.ops.size(); ++i)
-    if (calls[i] && calls[i]->kind == LibraryCall::Kind::kConv) calls[i]->nhwc_out = layouts.nhwc_out[i];
-  return calls;
-}
-
 std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node& n,
                                          std::vector<at::Tensor> ins,
                                          const c10::OperatorHandle& aten, const ir::Graph* g) {
@@ -240,18 +198,18 @@ std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node
   static metrics::Named launched("kernels_launched"), library("launches.library");
   ++launched;
   ++library;
-  if (call.kind == LibraryCall::Kind::kConv)
-    return run_conv_call(n, std::move(ins), aten, call.act == runtime::Activation::kRelu, call.nhwc_out);
+  if (call.kind == LibraryCall::Kind::kConv) return run_conv_call(call, n, std::move(ins), aten);
   const Gemm kind = gemm_kind(n.op);
-  const char* why = call.kind == LibraryCall::Kind::kGemm ? aten_reason(kind, n, ins) : "op";
-  if (!why) return {run_gemm(kind, n, ins, call.act, g ? weight_base(call, *g) : std::nullopt)};
-  if (call.kind == LibraryCall::Kind::kGemm) metrics::bump("library.gemm_calls");
+  const runtime::Activation act = onednn_activation(call.act);
+  const char* why = aten_reason(kind, n, ins);
+  if (!why) return {run_gemm(kind, n, ins, act, g ? weight_base(call, *g) : std::nullopt)};
+  metrics::bump("library.gemm_calls");
   metrics::bump("library.aten");
   metrics::bump("library.aten." + short_name(n.op));
   metrics::bump(std::string("library.aten_reason.") + why);
   std::vector<at::Tensor> outs = replay(aten, n, std::move(ins));
-  if (call.act == runtime::Activation::kRelu) outs[0] = at::relu(outs[0]);
-  if (call.act == runtime::Activation::kGelu) outs[0] = at::gelu(outs[0]);
+  if (act == runtime::Activation::kRelu) outs[0] = at::relu(outs[0]);
+  if (act == runtime::Activation::kGelu) outs[0] = at::gelu(outs[0]);
   return outs;
 }
 

@@ -1,8 +1,9 @@
-// Library calls of the compiled executor: float32 aten::mm / aten::addmm /
+// Library calls of the compiled executor, as the plan's library-calls pass
+// planned them (lowering/plan.h): float32 aten::mm / aten::addmm /
 // aten::bmm run on oneDNN (runtime/onednn_gemm.h), with the relu or gelu
-// epilogue the library_epilogue pass planned applied as a post-op; every
-// other library op (other dtypes, scaled addmm) runs its ATen kernel,
-// counted. Convolutions: conv_calls.h.
+// epilogue applied as a post-op; a GEMM oneDNN does not take (other
+// dtypes, a scaled addmm: runtime data) runs its ATen kernel, counted.
+// Convolutions: conv_calls.h.
 //
 // Metrics: library.onednn, library.aten, library.aten.<op> and
 // library.aten_reason.<dtype|scale|bias|op>,
@@ -17,30 +18,14 @@
 
 #include "lazy_backend/prepack.h"
 #include "lowering/program.h"
+#include "runtime/onednn_gemm.h"
 
 namespace disc {
 
-struct LibraryCall {
-  enum class Kind : uint8_t {
-    kGemm,      // mm / addmm / bmm: oneDNN where it can, else ATen
-    kAten,      // another library op: its ATen kernel
-    kConv,      // convolution / convolution_backward: conv_calls.h
-    kEpilogue,  // an activation its GEMM or convolution already applied: passes its input on
-  };
-  Kind kind = Kind::kAten;
-  // kGemm: the activation epilogue to apply (relu or gelu); kConv: relu only.
-  runtime::Activation act = runtime::Activation::kNone;
-  bool nhwc_out = false;  // kConv: may leave its output NHWC (ConvLayoutPlan)
-  // kGemm mm / addmm whose B is a graph parameter seen through layout ops
-  // (W, W^T): that parameter's op, else -1; a pre-packing candidate
-  // (prepack.h). weight_reused: several GEMMs of the graph read this B.
-  int32_t weight_param = -1;
-  bool weight_reused = false;
-};
+using lowering::LibraryCall;
 
-// How each op of `p` runs if it is a library call or an epilogue; nullopt
-// for every other op.
-std::vector<std::optional<LibraryCall>> plan_library_calls(const lowering::Program& p);
+// The oneDNN post-op for the plan's activation.
+runtime::Activation onednn_activation(lowering::Activation a);
 
 // Runs `call` for this graph's node `n` on `ins`; `aten` is n's ATen
 // operator; `g` (the graph being run) lets a GEMM pre-pack its weight.

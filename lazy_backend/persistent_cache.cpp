@@ -10,6 +10,7 @@
 #include "lazy_backend/metrics.h"
 #include "lowering/ir/hash.h"
 #include "runtime/disk_cache.h"
+#include "runtime/options.h"
 
 namespace disc {
 
@@ -58,16 +59,11 @@ std::string manifest(const ir::Graph& g, uint64_t signature) {
 
 }  // namespace
 
-bool persistent_cache_enabled() {
-  const char* e = std::getenv("DISC_PERSISTENT_CACHE");
-  return !(e && std::strcmp(e, "0") == 0);
-}
+bool persistent_cache_enabled() { return options::flag(options::Id::kPersistentCache); }
 
 std::string persistent_cache_dir() {
-  if (const char* d = std::getenv("DISC_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/torch_disc";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/torch_disc";
+  if (std::string d = options::text(options::Id::kCacheDir); !d.empty()) return d;
+  return options::user_cache_dir() + "/torch_disc";
 }
 
 std::string persistent_cache_version() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "lazy_backend/metrics.h"
+#include "runtime/options.h"
 
 namespace disc {
 
@@ -54,18 +55,10 @@ Cache& cache() {
   return c;
 }
 
-std::atomic<bool>& prepack_flag() {
-  static std::atomic<bool> on = [] {
-    const char* e = std::getenv("DISC_PREPACK");
-    return !e || !*e || std::string(e) != "0";
-  }();
-  return on;
-}
-
 }  // namespace
 
-bool prepack_enabled() { return prepack_flag(); }
-void set_prepack(bool on) { prepack_flag() = on; }
+bool prepack_enabled() { return options::flag(options::Id::kPrepack); }
+void set_prepack(bool on) { options::set(options::Id::kPrepack, on ? "1" : "0"); }
 
 std::shared_ptr<const runtime::PackedB> packed_weights(const std::vector<WeightView>& views,
                                                        const runtime::Gemm& g,

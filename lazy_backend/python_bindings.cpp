@@ -18,6 +18,7 @@
 #include "lazy_backend/graph_worker.h"
 #include "lazy_backend/sync.h"
 #include "lowering/ir/graph.h"
+#include "runtime/options.h"
 
 namespace py = pybind11;
 
@@ -69,6 +70,47 @@ bool is_pending(const at::Tensor& t) {
 
 at::Generator& mutable_generator() { return default_disc_generator(); }
 
+// An option's value as Python sees it: bool, int or str.
+py::object option_value(const options::Info& o) {
+  switch (o.type) {
+    case options::Type::kBool: return py::bool_(options::flag(o.id));
+    case options::Type::kInt: return py::int_(options::integer(o.id));
+    default: return py::str(options::text(o.id));
+  }
+}
+
+// Sets option `name` in-process, with what a change of it implies: graphs
+// compiled under the old value are dropped (kCompile), the graph worker
+// finishes before DISC_ASYNC changes, packed weights go with DISC_PREPACK.
+void set_option(const std::string& name, const py::object& value) {
+  const options::Info& o = options::info(name);
+  const std::string text = py::isinstance<py::bool_>(value) ? (value.cast<bool>() ? "1" : "0")
+                                                             : py::str(value).cast<std::string>();
+  py::gil_scoped_release no_gil;
+  if (o.id == options::Id::kAsync) wait_for_worker();
+  options::set(o.id, text);
+  if (o.effect == options::Effect::kCompile) clear_compile_cache();
+  if (o.id == options::Id::kPrepack) clear_packed_weights();
+}
+
+py::list option_list() {
+  py::list out;
+  static const char* types[] = {"bool", "int", "choice", "text"};
+  static const char* effects[] = {"process", "compile", "run", "test"};
+  for (const options::Info& o : options::all()) {
+    py::dict d;
+    d["name"] = o.name;
+    d["type"] = types[static_cast<int>(o.type)];
+    d["default"] = o.default_value;
+    d["choices"] = o.choices;
+    d["effect"] = effects[static_cast<int>(o.effect)];
+    d["doc"] = o.doc;
+    d["value"] = option_value(o);
+    out.append(d);
+  }
+  return out;
+}
+
 // `f` run once the graph worker has finished: what it reports or frees then
 // includes the graphs that were still running (their counters, the blocks
 // they held).
@@ -111,18 +153,27 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  m.def("options", &option_list, "Every DISC_* option: name, type, default, value, doc");
+  m.def("get_option", [](const std::string& name) { return option_value(options::info(name)); });
+  m.def("set_option", &set_option, "Sets a DISC_* option in-process (see docs/env_vars.md)");
+  m.def("reset_option", [](const std::string& name) {
+    py::gil_scoped_release no_gil;
+    options::reset(options::info(name).id);
+    clear_compile_cache();
+  }, "An option back to its environment value or default; clears the compile cache");
   m.def("set_executor", [](const std::string& name) {
     set_active_executor(name);
     clear_compile_cache();
   }, "Runs new graphs on 'compiled' or 'reference'; clears the compile cache");
   m.def("set_gemm_merge", [](bool on, bool batched) {
-    lowering::set_pipeline_options({on, batched});
+    options::set(options::Id::kGemmMerge, on ? "1" : "0");
+    options::set(options::Id::kGemmMergeBatched, batched ? "1" : "0");
     clear_compile_cache();
   }, py::arg("on"), py::arg("batched") = false,
      "GEMM merge on / off (and batched merging of independent GEMMs); clears the compile cache");
   m.def("gemm_merge", [] {
-    const lowering::PipelineOptions o = lowering::pipeline_options();
-    return py::make_tuple(o.gemm_merge, o.gemm_merge_batched);
+    return py::make_tuple(options::flag(options::Id::kGemmMerge),
+                          options::flag(options::Id::kGemmMergeBatched));
   });
   m.def("set_prepack", [](bool on) {
     set_prepack(on);

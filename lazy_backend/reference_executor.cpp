@@ -13,6 +13,7 @@
 #include "lazy_backend/executor.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/replay.h"
+#include "runtime/options.h"
 
 namespace disc {
 
@@ -71,31 +72,13 @@ Executor& reference_executor() {
   return e;
 }
 
-namespace {
-
-Executor* executor_named(const std::string& name) {
-  TORCH_CHECK(name == "reference" || name == "compiled", "disc: executor '", name,
-              "' is unknown (known: compiled, reference)");
-  return name == "reference" ? &reference_executor() : &compiled_executor();
+Executor& active_executor() {
+  // The index of DISC_EXECUTOR's value in "compiled|reference".
+  return options::choice(options::Id::kExecutor) == 1 ? reference_executor() : compiled_executor();
 }
 
-std::atomic<Executor*>& chosen_executor() {
-  static std::atomic<Executor*> chosen{[] {
-    const char* env = std::getenv("DISC_EXECUTOR");
-    return executor_named(env && *env ? env : "compiled");
-  }()};
-  return chosen;
-}
+void set_active_executor(const std::string& name) { options::set(options::Id::kExecutor, name); }
 
-}  // namespace
-
-Executor& active_executor() { return *chosen_executor().load(); }
-
-void set_active_executor(const std::string& name) { chosen_executor() = executor_named(name); }
-
-bool fault_injected(const char* stage) {
-  const char* e = std::getenv("DISC_INJECT_FAULT");
-  return e && std::string(e) == stage;
-}
+bool fault_injected(const char* stage) { return options::text(options::Id::kInjectFault) == stage; }
 
 }  // namespace disc

@@ -17,6 +17,7 @@
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/node_builder.h"
 #include "lazy_backend/tensor_data.h"
+#include "runtime/options.h"
 
 namespace disc {
 
@@ -27,20 +28,8 @@ std::function<std::string()>& location_provider() {
   return f;
 }
 
-bool env_flag(const char* name) {
-  const char* e = std::getenv(name);
-  return e && *e && std::string(e) != "0";
-}
-
-bool debug_sync() {
-  static const bool on = env_flag("DISC_DEBUG_SYNC");
-  return on;
-}
-
-bool debug_compile() {
-  static const bool on = env_flag("DISC_DEBUG_COMPILE");
-  return on;
-}
+bool debug_sync() { return options::flag(options::Id::kDebugSync); }
+bool debug_compile() { return options::flag(options::Id::kDebugCompile); }
 
 struct Pending {
   std::vector<LazyStorage*> storages;

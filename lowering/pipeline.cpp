@@ -2,14 +2,12 @@
 #include "lowering/pipeline.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
 #include "lowering/passes/passes.h"
+#include "runtime/options.h"
 
 namespace disc::lowering {
 
@@ -30,25 +28,16 @@ constexpr Pass kPipeline[] = {
     {"gemm-merge", gemm_merge, "GEMMs sharing an operand are one library call"},
     {"fusion-plan", plan_fusion, "kLoop / kInput / kStitch kernels, library calls"},
     {"verify-plan", verify_plan, "the plan is acyclic and each kernel well formed"},
+    {"kernels", select_kernels, "groups the codegen can write are kernels; the rest run op by op"},
+    {"layout-plan", plan_layouts, "activations between convolutions stay NHWC"},
+    {"library-calls", plan_library_calls, "GEMM / conv calls, their epilogues and packable weights"},
+    {"schedule", schedule, "kernels and ops in dependency order, program order among the ready"},
+    {"buffer-plan", plan_buffers, "buffers freed after their last reader, dead inputs reused"},
+    {"publish-plan", plan_publishing, "each output handed out as soon as it is final"},
 };
 
-bool env_on(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return fallback;
-  return std::string(e) != "0";
-}
-
-std::mutex& options_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-PipelineOptions& options() {
-  static PipelineOptions o{env_on("DISC_GEMM_MERGE", true), env_on("DISC_GEMM_MERGE_BATCHED", false)};
-  return o;
-}
-
 // <dir>/<graph hash>.<step>.<pass>.txt, so a listing reads in pipeline order.
-void dump(const char* dir, const ir::Graph& g, size_t step, const char* pass,
+void dump(const std::string& dir, const ir::Graph& g, size_t step, const char* pass,
           const std::string& text) {
   std::ostringstream name;
   name << dir << "/" << std::hex << g.hash << std::dec << "." << step << "." << pass << ".txt";
@@ -57,20 +46,10 @@ void dump(const char* dir, const ir::Graph& g, size_t step, const char* pass,
 
 }  // namespace
 
-PipelineOptions pipeline_options() {
-  std::lock_guard<std::mutex> lock(options_mutex());
-  return options();
-}
-
-void set_pipeline_options(const PipelineOptions& o) {
-  std::lock_guard<std::mutex> lock(options_mutex());
-  options() = o;
-}
-
 CompileResult compile(const ir::Graph& graph) {
   CompileResult r{make_program(graph), {}};
-  const char* dump_dir = std::getenv("DISC_DUMP_IR");
-  const bool dumping = dump_dir && *dump_dir;
+  const std::string dump_dir = options::text(options::Id::kDumpIr);
+  const bool dumping = !dump_dir.empty();
   if (dumping) dump(dump_dir, graph, 0, "input", graph.to_string());
   size_t step = 1;
   for (const Pass& pass : kPipeline) {

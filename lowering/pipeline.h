@@ -8,16 +8,6 @@
 
 namespace disc::lowering {
 
-// Switches of the pipeline. The defaults come from the environment
-// (DISC_GEMM_MERGE, DISC_GEMM_MERGE_BATCHED; docs/env_vars.md), read once;
-// tests and benchmarks set them in-process and clear the compile cache.
-struct PipelineOptions {
-  bool gemm_merge = true;           // GEMMs sharing an operand become one
-  bool gemm_merge_batched = false;  // independent equal-shape GEMMs become one bmm
-};
-PipelineOptions pipeline_options();
-void set_pipeline_options(const PipelineOptions& o);
-
 struct PassTiming {
   const char* pass;
   double ms;

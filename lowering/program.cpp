@@ -6,15 +6,6 @@
 
 namespace disc::lowering {
 
-const char* fusion_kind_name(FusionKind k) {
-  switch (k) {
-    case FusionKind::kLoop: return "kLoop";
-    case FusionKind::kInput: return "kInput";
-    case FusionKind::kStitch: return "kStitch";
-  }
-  return "?";
-}
-
 const char* gemm_merge_kind_name(GemmMergeKind k) {
   switch (k) {
     case GemmMergeKind::kSharedLhs: return "shared_lhs";
@@ -46,6 +37,17 @@ std::vector<std::vector<uint32_t>> users_of(const Program& p) {
       if (users[r.node].empty() || users[r.node].back() != i) users[r.node].push_back(i);
   }
   return users;
+}
+
+std::vector<bool> used_outside_groups(const Program& p) {
+  std::vector<bool> used(p.ops.size(), false);
+  for (const ir::GraphRef& r : p.outputs) used[r.node] = true;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].erased) continue;
+    for (const ir::GraphRef& r : p.ops[i].inputs)
+      if (p.ops[r.node].group < 0 || p.ops[r.node].group != p.ops[i].group) used[r.node] = true;
+  }
+  return used;
 }
 
 size_t Program::live_ops() const {
@@ -111,6 +113,10 @@ uint64_t Program::signature() const {
     h = hash_mix(h, g.ops.size());
     for (uint32_t o : g.ops) h = hash_mix(h, o);
   }
+  // The rest of the plan follows from the above and the options, which
+  // clear the compile cache when they change; which groups got a kernel
+  // also depends on sizes the codegen specializes (broadcast rows).
+  for (int32_t k : plan.kernel_of_group) h = hash_mix(h, static_cast<uint64_t>(k + 1));
   return h;
 }
 
@@ -156,6 +162,7 @@ std::string Program::to_string() const {
     for (uint32_t s : c.rhs) os << " s" << s;
     os << "\n";
   }
+  os << plan.to_string();
   return os.str();
 }
 

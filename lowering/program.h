@@ -1,5 +1,6 @@
 // The compiler's working form of one graph: the ops of an ir::Graph plus what
-// the passes learn about them (erased ops, symbolic dims, fusion groups).
+// the passes learn about them (erased ops, symbolic dims, fusion groups) and,
+// at the end, the execution plan (plan.h).
 // Op i of a Program is node i of the Graph it was made from.
 #pragma once
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "lowering/ir/graph.h"
 #include "lowering/op_class.h"
+#include "lowering/plan.h"
 
 namespace disc::lowering {
 
@@ -19,13 +21,6 @@ class CompileError : public std::runtime_error {
                const std::string& what)
       : std::runtime_error(pass + ": node %" + std::to_string(node) + " (" + op + "): " + what) {}
 };
-
-enum class FusionKind : uint8_t {
-  kLoop,     // element-wise + broadcast
-  kInput,    // a reduction with its element-wise producers
-  kStitch,   // reduction -> element-wise -> reduction (softmax, layer norm)
-};
-const char* fusion_kind_name(FusionKind k);
 
 // A dim argument as torch takes it (-1 is the last) as an index into a
 // tensor of rank `rank`.
@@ -78,6 +73,7 @@ struct Program {
   std::vector<ProductConstraint> products;
   std::vector<FusionGroup> groups;
   std::vector<GemmGroup> gemm_groups;
+  ExecutionPlan plan;  // the plan passes' result (plan.h)
 
   // Counts after fusion planning.
   size_t live_ops() const;
@@ -97,5 +93,9 @@ Program make_program(const ir::Graph& graph);
 
 // Users of each op's outputs, by op index (live ops only).
 std::vector<std::vector<uint32_t>> users_of(const Program& p);
+
+// Per op: whether a graph output or an op outside its fusion group reads it
+// (a kernel must store it).
+std::vector<bool> used_outside_groups(const Program& p);
 
 }  // namespace disc::lowering

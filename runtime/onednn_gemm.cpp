@@ -19,6 +19,7 @@
 // ("ref:any", orders of magnitude slower), so layouts are part of the key
 // and only dense operands are taken.
 #include "runtime/onednn_gemm.h"
+#include "runtime/options.h"
 
 #include <algorithm>
 #include <cmath>
@@ -212,13 +213,7 @@ SizedCache& sized_cache() {
   return c;
 }
 
-std::atomic<bool>& sizing() {
-  static std::atomic<bool> on{[] {
-    const char* env = std::getenv("DISC_GEMM_SIZED");
-    return !(env && std::string(env) == "0");
-  }()};
-  return on;
-}
+bool sizing() { return options::flag(options::Id::kGemmSized); }
 
 std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   const Key& key = sk.key;
@@ -267,7 +262,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   dnnl::engine& eng = cpu_engine();
   dnnl::stream& stream = cpu_stream();
   bool created = false;
-  if (sizing().load() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
+  if (sizing() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
     Sized* s = sized_primitive({key, g.m, g.n, g.k}, &created);
     s->a.set_data_handle(const_cast<float*>(g.a.data));
     s->b.set_data_handle(const_cast<float*>(g.b.data));
@@ -377,7 +372,7 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
   return PrimitiveUse::kReused;
 }
 
-void set_sized_gemms(bool on) { sizing() = on; }
+void set_sized_gemms(bool on) { options::set(options::Id::kGemmSized, on ? "1" : "0"); }
 
 void clear_gemm_primitives() {
   std::lock_guard<std::mutex> lock(cache_mutex());

@@ -22,15 +22,21 @@
 
 namespace disc::lowering {
 
-KernelEmitter::KernelEmitter(const Program& p, uint32_t g, const std::vector<bool>& used_outside)
-    : p_(p), group_(p.groups[g]), used_outside_(used_outside) {
+KernelEmitter::KernelEmitter(const Program& p, uint32_t g)
+    : p_(p), group_(p.groups[g]), used_outside_(used_outside_groups(p)) {
   // One name per kind: equal groups give equal text, and the JIT cache
   // compiles each distinct kernel once per process.
   loop_ = group_.kind == FusionKind::kLoop;
+  kernel_.group = g;
   kernel_.kind = group_.kind;
   kernel_.name = loop_ ? "loop_kernel" : "row_kernel";
   for (uint32_t op : group_.ops) in_group_[op] = true;
   if (!loop_) row_op_ = group_.ops.back();
+}
+
+std::optional<KernelInterface> KernelEmitter::plan(std::string* why) {
+  if (!analyze(why)) return std::nullopt;
+  return static_cast<const KernelInterface&>(kernel_);
 }
 
 std::optional<FusedKernel> KernelEmitter::run(std::string* why) {
@@ -39,10 +45,12 @@ std::optional<FusedKernel> KernelEmitter::run(std::string* why) {
   return kernel_;
 }
 
-std::optional<FusedKernel> emit_fused_kernel(const Program& p, uint32_t g,
-                                             const std::vector<bool>& used_outside,
-                                             std::string* why) {
-  return KernelEmitter(p, g, used_outside).run(why);
+std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why) {
+  return KernelEmitter(p, g).plan(why);
+}
+
+std::optional<FusedKernel> emit_fused_kernel(const Program& p, uint32_t g, std::string* why) {
+  return KernelEmitter(p, g).run(why);
 }
 
 }  // namespace disc::lowering

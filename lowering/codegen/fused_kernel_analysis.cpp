@@ -14,6 +14,7 @@ bool KernelEmitter::analyze(std::string* why) {
     kernel_.space = {group_.ops.back(), 0};
     const uint32_t R = static_cast<uint32_t>(type_of(kernel_.space).sizes.size());
     kernel_.rank = std::max<uint32_t>(R, 1);
+    kernel_.loads_before_stores = true;  // one pass: every input loaded, then stores
     return collect(why);
   }
   const ir::Node& row = *p_.ops[row_op_].node;

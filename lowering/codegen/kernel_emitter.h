@@ -18,8 +18,9 @@ namespace disc::lowering {
 
 class KernelEmitter {
  public:
-  KernelEmitter(const Program& p, uint32_t g, const std::vector<bool>& used_outside);
+  KernelEmitter(const Program& p, uint32_t g);
 
+  std::optional<KernelInterface> plan(std::string* why);  // analysis only
   std::optional<FusedKernel> run(std::string* why);
 
  private:
@@ -108,7 +109,7 @@ class KernelEmitter {
 
   const Program& p_;
   const FusionGroup& group_;
-  const std::vector<bool>& used_outside_;
+  const std::vector<bool> used_outside_;  // per op: read outside its group
   std::map<uint32_t, bool> in_group_;
   std::map<std::pair<uint32_t, uint32_t>, size_t> input_index_;
   std::vector<bool> row_broadcast_;  // per input

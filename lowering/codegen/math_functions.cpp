@@ -125,11 +125,8 @@ const std::string& expf_function(uint32_t width, Pow2 pow2) {
 }
 
 Pow2 host_pow2() {
-  static const Pow2 best = [] {
-    const char* env = std::getenv("DISC_EXP_SCALEF");
-    if (env && std::string(env) == "0") return Pow2::kExponentBits;
-    return __builtin_cpu_supports("avx512f") ? Pow2::kScalef : Pow2::kExponentBits;
-  }();
+  static const Pow2 best =
+      __builtin_cpu_supports("avx512f") ? Pow2::kScalef : Pow2::kExponentBits;
   return best;
 }
 

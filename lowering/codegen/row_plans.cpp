@@ -19,7 +19,6 @@ int tensor_operand(const ir::Node& n, size_t k) {
 // The passes of the row op, in torch's order of operations.
 void KernelEmitter::emit_row() {
   if (loop_) {  // one pass: load every input, compute the group, store what leaves it
-    kernel_.loads_before_stores = true;
     pass({}, [&](Variant& v) {
       for (size_t k = 0; k < kernel_.inputs.size(); ++k) load(v, k);
       row_inputs(v, true);

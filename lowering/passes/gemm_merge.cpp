@@ -22,6 +22,7 @@
 
 #include "lowering/passes/passes.h"
 #include "lowering/pipeline.h"
+#include "runtime/options.h"
 
 namespace disc::lowering {
 
@@ -161,9 +162,8 @@ class Merger {
 void gemm_merge(Program& p) {
   p.gemm_groups.clear();
   for (ProgramOp& op : p.ops) op.gemm_group = -1;
-  const PipelineOptions o = pipeline_options();
-  if (!o.gemm_merge) return;
-  Merger(p).run(o.gemm_merge_batched);
+  if (!options::flag(options::Id::kGemmMerge)) return;
+  Merger(p).run(options::flag(options::Id::kGemmMergeBatched));
 }
 
 }  // namespace disc::lowering

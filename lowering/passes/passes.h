@@ -19,11 +19,30 @@ void shape_constraints(Program& p);
 // Marks a relu on a GEMM's only use as that library call's epilogue.
 void library_epilogue(Program& p);
 // Merges float32 GEMMs that share an operand (and, when enabled, independent
-// equal-shape ones) into Program::gemm_groups; reads pipeline_options().
+// equal-shape ones) into Program::gemm_groups; reads DISC_GEMM_MERGE and
+// DISC_GEMM_MERGE_BATCHED (runtime/options.h).
 void gemm_merge(Program& p);
 // Groups ops into kLoop / kInput / kStitch kernels.
 void plan_fusion(Program& p);
 // Checks the plan: groups are acyclic and within the argument cap.
 void verify_plan(Program& p);
+
+// The execution plan (plan.h), one pass each:
+// Fusion groups the codegen can write become kernels; the rest run op by op.
+void select_kernels(Program& p);
+// Where convolution activations stay NHWC; reads options DISC_CONV.
+void plan_layouts(Program& p);
+// How each library op runs: GEMM / convolution calls, epilogues, weights.
+void plan_library_calls(Program& p);
+// Kernels, merged GEMMs and ops in dependency order.
+void schedule(Program& p);
+// Release points and in-place writes.
+void plan_buffers(Program& p);
+// After which step each graph output is final.
+void plan_publishing(Program& p);
+
+// Why the convolution library does not take convolution op `i` ("dtype",
+// "rank", "transposed", "disabled" by DISC_CONV=aten), or nullptr.
+const char* conv_library_declines(const Program& p, uint32_t i);
 
 }  // namespace disc::lowering

@@ -22,9 +22,14 @@ torch.utils.rename_privateuse1_backend("disc")
 from . import _C  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from . import metrics  # noqa: E402
+from . import options  # noqa: E402
 from ._autograd import install as _install_autograd  # noqa: E402
 from ._optimizer_hook import install as _install_optimizer_hook  # noqa: E402
 from ._printing import install as _install_printing  # noqa: E402
+
+# A DISC_* variable with a value its option does not take fails here, at
+# import, naming the variable, not at the first graph.
+options.describe()
 
 torch._register_device_module("disc", _device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
@@ -46,7 +51,8 @@ def _finish_at_exit() -> None:
 
 atexit.register(_finish_at_exit)
 
-__all__ = ["sync", "wait", "set_async", "mark_step", "metrics", "graph_text", "explain", "compile_log"]
+__all__ = ["sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
+           "compile_log"]
 
 
 def sync(cause: str = "user", wait: bool = False) -> None:

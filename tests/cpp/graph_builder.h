@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lowering/ir/graph.h"
+#include "lowering/pipeline.h"
 #include "lowering/program.h"
 
 namespace disc::testing {
@@ -73,6 +74,18 @@ class GraphBuilder {
  private:
   std::vector<ir::NodePtr> keep_;
 };
+
+// The program of `roots` after the whole pipeline, plan passes included.
+inline lowering::Program compiled(std::vector<ir::Value> roots) {
+  return lowering::compile(ir::build_graph(roots)).program;
+}
+
+// Convolution attributes after (input, weight, bias): stride, padding,
+// dilation, transposed, output_padding, groups.
+inline std::vector<ir::Attr> conv2d_attrs(bool transposed = false) {
+  return {GraphBuilder::ints({1, 1}), GraphBuilder::ints({1, 1}), GraphBuilder::ints({1, 1}),
+          GraphBuilder::boolean(transposed), GraphBuilder::ints({0, 0}), GraphBuilder::integer(1)};
+}
 
 // The index of the program op that computes `v` (a test failure if none).
 inline uint32_t index_of(const lowering::Program& p, const ir::Value& v) {

@@ -57,10 +57,8 @@ TEST(FusedKernel, FusedGroupMatchesScalarReferenceForManyShapes) {
   auto r = gb.op("aten::relu", {a}, {3, 5});
   Program p = compile(ir::build_graph({r})).program;
   ASSERT_EQ(p.groups.size(), 1u);
-  std::vector<bool> used(p.ops.size(), false);
-  used[p.groups[0].ops.back()] = true;
   std::string why;
-  auto k = emit_fused_kernel(p, 0, used, &why);
+  auto k = emit_fused_kernel(p, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_EQ(k->inputs.size(), 3u);
   EXPECT_EQ(k->outputs.size(), 1u);
@@ -99,10 +97,8 @@ TEST(FusedKernel, LoopKernelOutputsMayTakeTheBuffersOfItsInputs) {
   auto np = gb.op("aten::add.Tensor", {p, nb}, {4, 37}, {}, {GraphBuilder::scalar(-0.1)});
   Program prog = compile(ir::build_graph({nb, np})).program;
   ASSERT_EQ(prog.groups.size(), 1u);
-  std::vector<bool> used(prog.ops.size(), false);
-  for (const ir::GraphRef& r : prog.outputs) used[r.node] = true;
   std::string why;
-  auto k = emit_fused_kernel(prog, 0, used, &why);
+  auto k = emit_fused_kernel(prog, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_TRUE(k->loads_before_stores);
   ASSERT_EQ(k->inputs.size(), 4u);
@@ -153,10 +149,9 @@ TEST(FusedKernel, UnsupportedOpsAreReportedNotGenerated) {
   auto x = gb.param({4});
   auto s = gb.op("aten::gelu", {x}, {4}, {ir::Attr{}});  // elementwise, no codegen yet
   Program p = compile(ir::build_graph({s})).program;
-  std::vector<bool> used(p.ops.size(), true);
   std::string why;
   ASSERT_EQ(p.groups.size(), 1u);
-  EXPECT_FALSE(emit_fused_kernel(p, 0, used, &why));
+  EXPECT_FALSE(emit_fused_kernel(p, 0, &why));
   EXPECT_NE(why.find("aten::gelu"), std::string::npos);
 }
 
@@ -183,9 +178,8 @@ TEST(FusedKernel, SoftmaxIsOneRowKernelOnVectorAndStridedPaths) {
   Program p = compile(ir::build_graph({s})).program;
   ASSERT_EQ(p.groups.size(), 1u);
   ASSERT_EQ(p.groups[0].kind, FusionKind::kStitch);
-  std::vector<bool> used(p.ops.size(), true);
   std::string why;
-  auto k = emit_fused_kernel(p, 0, used, &why);
+  auto k = emit_fused_kernel(p, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_EQ(k->rank, 2u);
   ASSERT_EQ(k->outputs.size(), 1u);
@@ -223,9 +217,8 @@ TEST(FusedKernel, ReductionOverTheMiddleDimsIsAColumnKernelPerOuterIndex) {
   auto s = gb.op("aten::sum.dim_IntList", {x}, {4, 6}, {GraphBuilder::ints({1}), GraphBuilder::boolean(false), ir::Attr{}});
   Program p = compile(ir::build_graph({s})).program;
   ASSERT_EQ(p.groups.size(), 1u);
-  std::vector<bool> used(p.ops.size(), true);
   std::string why;
-  std::optional<FusedKernel> k = emit_fused_kernel(p, 0, used, &why);
+  std::optional<FusedKernel> k = emit_fused_kernel(p, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_TRUE(k->per_outer);
   ASSERT_EQ(k->outputs.size(), 1u);
@@ -238,8 +231,7 @@ TEST(FusedKernel, ReductionOverOneInnerDimIsDeclinedWithTheReason) {
   auto s = gb.op("aten::sum.dim_IntList", {x}, {3, 4, 6}, {GraphBuilder::ints({2}), GraphBuilder::boolean(false), ir::Attr{}});
   Program p = compile(ir::build_graph({s})).program;
   ASSERT_EQ(p.groups.size(), 1u);
-  std::vector<bool> used(p.ops.size(), true);
   std::string why;
-  EXPECT_FALSE(emit_fused_kernel(p, 0, used, &why));
+  EXPECT_FALSE(emit_fused_kernel(p, 0, &why));
   EXPECT_NE(why.find("reduces neither the last dim, nor all leading dims"), std::string::npos) << why;
 }

@@ -8,6 +8,7 @@
 #include "graph_builder.h"
 #include "lowering/passes/passes.h"
 #include "lowering/pipeline.h"
+#include "runtime/options.h"
 
 using namespace disc;
 using namespace disc::lowering;
@@ -16,15 +17,21 @@ using disc::testing::index_of;
 
 namespace {
 
-// Runs shape constraints, the epilogue pass and gemm_merge with `options`.
-Program run_pass(std::vector<ir::Value> roots, PipelineOptions options = {}) {
-  const PipelineOptions saved = pipeline_options();
-  set_pipeline_options(options);
+struct MergeOptions {
+  bool on = true;
+  bool batched = false;
+};
+
+// Runs shape constraints, the epilogue pass and gemm_merge with `merge`.
+Program run_pass(std::vector<ir::Value> roots, MergeOptions merge = {}) {
+  options::set(options::Id::kGemmMerge, merge.on ? "1" : "0");
+  options::set(options::Id::kGemmMergeBatched, merge.batched ? "1" : "0");
   Program p = make_program(ir::build_graph(roots));
   shape_constraints(p);
   library_epilogue(p);
   gemm_merge(p);
-  set_pipeline_options(saved);
+  options::reset(options::Id::kGemmMerge);
+  options::reset(options::Id::kGemmMergeBatched);
   return p;
 }
 
@@ -63,14 +70,14 @@ TEST(GemmMerge, QkvProjectionsOfOneInputBecomeOneSharedLhsGroup) {
 
 TEST(GemmMerge, TurnedOffLeavesEveryGemmAlone) {
   Qkv m;
-  Program p = run_pass({m.q, m.k, m.v}, {.gemm_merge = false});
+  Program p = run_pass({m.q, m.k, m.v}, {.on = false});
   EXPECT_TRUE(p.gemm_groups.empty());
   EXPECT_EQ(p.library_launches(), 3u);
 }
 
 TEST(GemmMerge, GroupIsInTheSignature) {
   Qkv m;
-  Program on = run_pass({m.q, m.k, m.v}), off = run_pass({m.q, m.k, m.v}, {.gemm_merge = false});
+  Program on = run_pass({m.q, m.k, m.v}), off = run_pass({m.q, m.k, m.v}, {.on = false});
   EXPECT_NE(on.signature(), off.signature());
 }
 
@@ -157,7 +164,7 @@ TEST(GemmMerge, IndependentEqualShapeGemmsBatchOnlyWhenEnabled) {
   std::vector<ir::Value> roots = mms;
   roots.push_back(other);
   EXPECT_TRUE(run_pass(roots).gemm_groups.empty());
-  Program p = run_pass(roots, {.gemm_merge = true, .gemm_merge_batched = true});
+  Program p = run_pass(roots, {.on = true, .batched = true});
   ASSERT_EQ(p.gemm_groups.size(), 1u);
   EXPECT_EQ(p.gemm_groups[0].kind, GemmMergeKind::kBatched);
   EXPECT_EQ(p.gemm_groups[0].ops, indices(p, mms));

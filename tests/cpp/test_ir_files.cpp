@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "tools/opt_driver.h"
+#include "runtime/options.h"
 
 namespace fs = std::filesystem;
 
@@ -126,7 +127,7 @@ TEST_P(IrFileTest, PassesPrintTheExpectedIr) {
     actual = {e.what()};
     error = true;
   }
-  if (std::getenv("DISC_UPDATE_IR_TESTS")) {
+  if (disc::options::flag(disc::options::Id::kUpdateIrTests)) {
     update(path, f, actual, error);
     return;
   }

@@ -1,11 +1,11 @@
 // The pipeline: pass order, timings per pass, and IR dumps.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "graph_builder.h"
 #include "lowering/pipeline.h"
+#include "runtime/options.h"
 
 using namespace disc;
 using disc::testing::GraphBuilder;
@@ -13,18 +13,20 @@ using disc::testing::GraphBuilder;
 TEST(Pipeline, PassesRunInTheDocumentedOrder) {
   EXPECT_EQ(lowering::pass_names(),
             (std::vector<std::string>{"verify", "fold", "canonicalize", "shape-constraints",
-                                      "library-epilogue", "gemm-merge", "fusion-plan", "verify-plan"}));
+                                      "library-epilogue", "gemm-merge", "fusion-plan", "verify-plan",
+                                      "kernels", "layout-plan", "library-calls", "schedule",
+                                      "buffer-plan", "publish-plan"}));
 }
 
 TEST(Pipeline, TimesEveryPassAndDumpsIrWhenAsked) {
   auto dir = std::filesystem::temp_directory_path() / "disc_dump_test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  setenv("DISC_DUMP_IR", dir.c_str(), 1);
+  options::set(options::Id::kDumpIr, dir.string());
   GraphBuilder b;
   auto x = b.param({4});
   auto r = lowering::compile(ir::build_graph({b.op("aten::relu", {x}, {4})}));
-  unsetenv("DISC_DUMP_IR");
+  options::reset(options::Id::kDumpIr);
   EXPECT_EQ(r.timings.size(), lowering::pass_names().size());
   size_t files = 0;
   for (auto& f : std::filesystem::directory_iterator(dir)) files += f.is_regular_file();

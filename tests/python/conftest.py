@@ -37,9 +37,9 @@ def counters():
 @pytest.fixture
 def executor():
     """Call with "compiled" or "reference"; restores the default after."""
-    default = os.environ.get("DISC_EXECUTOR", "compiled")
+    before = torch_disc.options.get("DISC_EXECUTOR")
     yield torch_disc._C.set_executor
-    torch_disc._C.set_executor(default)
+    torch_disc._C.set_executor(before)
 
 
 def counted(fn):

@@ -30,7 +30,9 @@ TEST_FILE = os.path.join(HERE, "test_opinfo_sweep.py")
 
 
 def _log(record):
-    path = os.environ.get("DISC_SWEEP_LOG")
+    import torch_disc  # the plugin runs in the sweep's pytest, which imports it
+
+    path = torch_disc.options.get("DISC_SWEEP_LOG")
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -40,7 +42,9 @@ def pytest_collection_modifyitems(session, config, items):
     # One op's tests together (forward, then backward), so that after a crash
     # the next process only collects the ops that are left.
     items.sort(key=lambda it: split_id(it.nodeid)[0])
-    path = os.environ.get("DISC_SWEEP_DONE")
+    import torch_disc
+
+    path = torch_disc.options.get("DISC_SWEEP_DONE")
     done = set()
     if path and os.path.exists(path):
         with open(path) as f:

@@ -150,7 +150,7 @@ def test_nhwc_flows_through_residual_adds_and_reductions(executor):
 
 def cnn_step_counters_in_child(env, *names):
     """Counters ``names`` of one compiled CNN step (batch 16) in a new
-    process with ``env`` set: these settings are read once per process."""
+    process with ``env`` set (the environment's path into the options)."""
     code = (
         "import torch_disc, tests.python.test_conv_calls as t\n"
         "torch_disc._C.set_executor('compiled')\n"
@@ -164,10 +164,10 @@ def cnn_step_counters_in_child(env, *names):
 
 
 def test_nchw_baseline_reorders_every_activation():
-    # DISC_CONV_LAYOUT=nchw (read once per process): each conv reorders its
+    # DISC_CONV=nchw, from the environment: each conv reorders its
     # activations to oneDNN's blocked layout and back; the same CNN step
     # moves 2 activations between layouts with NHWC kept, 8 without.
-    assert cnn_step_counters_in_child({"DISC_CONV_LAYOUT": "nchw"}, "onednn.reorders.activations",
+    assert cnn_step_counters_in_child({"DISC_CONV": "nchw"}, "onednn.reorders.activations",
                                       "onednn.reorders.weights") == [8, 5]
 
 
@@ -189,6 +189,6 @@ def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
     torch.testing.assert_close(got, run("cpu"), rtol=1e-5, atol=1e-5)
 
 
-def test_disc_onednn_conv_0_runs_every_convolution_on_aten():
-    assert cnn_step_counters_in_child({"DISC_ONEDNN_CONV": "0"}, "library.aten_reason.disabled",
+def test_disc_conv_aten_runs_every_convolution_on_aten():
+    assert cnn_step_counters_in_child({"DISC_CONV": "aten"}, "library.aten_reason.disabled",
                                       "onednn.reorders") == [4, 0]

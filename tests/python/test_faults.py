@@ -18,13 +18,12 @@ def program(x):
 
 
 @pytest.fixture
-def inject(monkeypatch):
+def inject():
     """Sets DISC_INJECT_FAULT for new compiles; forgets the failures after."""
     def set_stage(stage):
-        _C.clear_compile_cache()
-        monkeypatch.setenv("DISC_INJECT_FAULT", stage)
+        torch_disc.options.set("DISC_INJECT_FAULT", stage)  # clears the compile cache
     yield set_stage
-    monkeypatch.delenv("DISC_INJECT_FAULT", raising=False)
+    torch_disc.options.set("DISC_INJECT_FAULT", "none")
     _C.clear_compile_cache()
     torch_disc.metrics.reset()  # the failures were the point
 

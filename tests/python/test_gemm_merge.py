@@ -5,8 +5,6 @@ their weight gradients 3 -> 1 backward); independent equal-shape GEMMs as one
 bmm when batched merging is on; weights a graph does not change are packed
 once and reused across steps, refreshed when they change. The reference
 executor is the oracle."""
-import os
-
 import pytest
 import torch
 import torch.nn as nn
@@ -19,10 +17,10 @@ from conftest import counted
 @pytest.fixture
 def settings():
     """Restores the executor, GEMM merge and pre-packing after a test."""
-    default = os.environ.get("DISC_EXECUTOR", "compiled")
+    before = torch_disc.options.get("DISC_EXECUTOR")
     merge = torch_disc._C.gemm_merge()
     yield
-    torch_disc._C.set_executor(default)
+    torch_disc._C.set_executor(before)
     torch_disc._C.set_gemm_merge(*merge)
     torch_disc._C.set_prepack(True)
 

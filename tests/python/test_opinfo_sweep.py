@@ -32,7 +32,6 @@ with an independent CPU run (random, uninitialized) are skipped.
 
 import gc
 import itertools
-import os
 import traceback
 import zlib
 
@@ -48,10 +47,8 @@ from torch.testing._internal.common_methods_invocations import op_db  # noqa: E4
 from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
 
 DTYPE = torch.float32
-FULL = os.environ.get("DISC_SWEEP", "") == "all"
-QUICK_SAMPLES = 8
-FULL_SAMPLES = 8
-MAX_SAMPLES = int(os.environ.get("DISC_SWEEP_SAMPLES", FULL_SAMPLES if FULL else QUICK_SAMPLES))
+FULL = torch_disc.options.get("DISC_SWEEP") == "all"
+MAX_SAMPLES = torch_disc.options.get("DISC_SWEEP_SAMPLES")
 
 # (rtol, atol) for float32 results. The executor replays ATen CPU kernels and
 # fused element-wise groups run generated code, so results are close but not
@@ -165,7 +162,7 @@ def selected_ops():
         keys = QUICK
     # The sweep driver (sweep_report.py) runs a chunk of ops at a time, and
     # after a crash the ops it has left.
-    only = os.environ.get("DISC_SWEEP_OPS")
+    only = torch_disc.options.get("DISC_SWEEP_OPS")
     if only:
         only = set(only.split(","))
         keys = [k for k in keys if k in only]

@@ -1,20 +1,18 @@
 """DISC_PROFILE=1: the compiled executor files each step's time under a label
 that names the kernel or op, and torch_disc.metrics.profile() prints them."""
-import os
-
 import torch
 
 import torch_disc
 
 
-def test_each_step_is_timed_under_its_label(monkeypatch, counters):
-    monkeypatch.setenv("DISC_PROFILE", "1")
-    torch_disc._C.clear_compile_cache()  # graphs compiled from now on are profiled
-    x = torch.randn(33, 17).to("disc")
-    w = torch.randn(17, 5).to("disc")
-    for _ in range(3):
-        y = (torch.relu(x * 2 + 1) @ w).softmax(-1)
-        y.cpu()
+def test_each_step_is_timed_under_its_label(counters):
+    # Setting it clears the compile cache: graphs compiled from now on are profiled.
+    with torch_disc.options.override(DISC_PROFILE=True):
+        x = torch.randn(33, 17).to("disc")
+        w = torch.randn(17, 5).to("disc")
+        for _ in range(3):
+            y = (torch.relu(x * 2 + 1) @ w).softmax(-1)
+            y.cpu()
     c = counters()
     labels = {k[len("profile."):-len(".calls")]: v for k, v in c.items()
               if k.startswith("profile.") and k.endswith(".calls")}
@@ -27,7 +25,7 @@ def test_each_step_is_timed_under_its_label(monkeypatch, counters):
 
 
 def test_off_by_default_nothing_is_filed(counters):
-    assert "DISC_PROFILE" not in os.environ
+    assert torch_disc.options.get("DISC_PROFILE") is False
     torch_disc._C.clear_compile_cache()
     (torch.randn(8, 8).to("disc") * 3 + 1).cpu()
     assert not any(k.startswith("profile.") for k in counters())

@@ -18,7 +18,6 @@ chunk: no CPU fallback, no compile failure, and fused kernels launched.
 Backend bugs this found are listed, with repros, in
 ``random_graphs.KNOWN_BUGS``; the generator avoids them until they are fixed.
 """
-import os
 import re
 
 import pytest
@@ -27,7 +26,7 @@ import torch
 import random_graphs
 import torch_disc
 
-GRAPHS = int(os.environ.get("DISC_FUZZ_GRAPHS", "1000"))
+GRAPHS = torch_disc.options.get("DISC_FUZZ_GRAPHS")
 CHUNK = 250
 SHOWN = 3  # failures printed in full per chunk
 

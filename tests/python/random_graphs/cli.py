@@ -1,8 +1,9 @@
 """The command line: ``python tests/python/random_graphs --seed N`` replays
 one program (``--seeds a,b``: one graph), without a seed it runs a sweep."""
 import argparse
-import os
 import sys
+
+import torch_disc
 
 from .config import MAX_OPS
 from .generator import generate
@@ -14,11 +15,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, help="replay one program (printed first)")
     ap.add_argument("--seeds", help="comma-separated seeds, traced into one graph (a failure's graph)")
     ap.add_argument("--start", type=int, default=0)
-    ap.add_argument("--count", type=int, default=int(os.environ.get("DISC_FUZZ_GRAPHS", 1000)))
+    ap.add_argument("--count", type=int, default=torch_disc.options.get("DISC_FUZZ_GRAPHS"))
     ap.add_argument("--batch", type=int, default=16, help="programs per graph (sync)")
     ap.add_argument("--max-ops", type=int, default=MAX_OPS, help="longest program")
     args = ap.parse_args(argv)
-    import torch_disc
 
     if args.seed is not None or args.seeds:
         seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",")]

@@ -2,7 +2,6 @@
 CPU eager (with a float64 run for the rounding error), the tolerance check,
 and ``Failure`` reports with the replay command."""
 import math
-import os
 import traceback
 from dataclasses import dataclass
 from typing import List, Optional
@@ -190,7 +189,7 @@ def run_graphs(seeds, batch: int = 16, executors=("compiled", "reference"), max_
     graph_of = [tuple(q.seed for q, _ in chunk) for chunk in chunks for _ in chunk]
     stats["graphs"] = len({(p.seed, i) for p, i in jobs})
     got = {}
-    default = os.environ.get("DISC_EXECUTOR", "compiled")
+    default = torch_disc.options.get("DISC_EXECUTOR")
     try:
         for ex in executors:
             torch_disc._C.set_executor(ex)

@@ -1,0 +1,37 @@
+// kernels: which fusion groups run as one generated kernel each, with the
+// interface the codegen will give them; the other groups' ops run one by one.
+//
+//   group 0 kLoop: %2 %3      -> kernel 0 (group 0 kLoop) in (%0.0, %1.0) out (%3.0)
+//   group 1 kLoop: %5         -> runs op by op: a lone element-wise op
+//   group 2 kInput: %7 %8     -> declined: aten::sum.dim_IntList: reduces ...
+//
+// A lone element-wise op gains nothing from a kernel (ATen's is already
+// vectorized). A group the codegen declines is listed with its reason
+// (counted as codegen.declined, printed by DISC_DEBUG_COMPILE).
+#include "lowering/codegen/fused_kernel.h"
+#include "lowering/passes/passes.h"
+
+namespace disc::lowering {
+
+namespace {
+constexpr size_t kMinFusedLoopOps = 2;
+}  // namespace
+
+void select_kernels(Program& p) {
+  ExecutionPlan& plan = p.plan;
+  plan.kernels.clear();
+  plan.declined.clear();
+  plan.kernel_of_group.assign(p.groups.size(), -1);
+  for (uint32_t g = 0; g < p.groups.size(); ++g) {
+    if (p.groups[g].kind == FusionKind::kLoop && p.groups[g].ops.size() < kMinFusedLoopOps) continue;
+    std::string why;
+    if (std::optional<KernelInterface> k = plan_fused_kernel(p, g, &why)) {
+      plan.kernel_of_group[g] = static_cast<int32_t>(plan.kernels.size());
+      plan.kernels.push_back(std::move(*k));
+    } else {
+      plan.declined.push_back({g, why});
+    }
+  }
+}
+
+}  // namespace disc::lowering
