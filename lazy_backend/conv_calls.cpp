@@ -23,10 +23,7 @@ namespace {
 using runtime::ActLayout;
 using runtime::ConvPlacement;
 
-uint32_t conv_id() {
-  static const uint32_t id = ir::intern_op("aten::convolution");
-  return id;
-}
+bool is_forward(const ir::Node& n) { return lowering::op_of(n.op) == lowering::Op::kConvolution; }
 
 const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
   const ir::Attr* a = n.attr_operand(pos);
@@ -36,7 +33,7 @@ const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
 
 // Where the convolution's geometry starts: stride is operand 3 of
 // convolution and operand 4 of convolution_backward.
-size_t geometry_base(const ir::Node& n) { return n.op == conv_id() ? 3 : 4; }
+size_t geometry_base(const ir::Node& n) { return is_forward(n) ? 3 : 4; }
 
 runtime::ConvShape shape_of(const ir::Node& n, const at::Tensor& input, const at::Tensor& weight,
                             const std::vector<int64_t>& out_sizes) {
@@ -162,11 +159,11 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
     // oneDNN's parallel regions follow this thread's OpenMP setting: make it
     // torch's (see library_calls.cpp).
     at::internal::lazy_init_num_threads();
-    if (n.op == conv_id()) return {forward(n, ins, relu, call.nhwc, nhwc_out)};
+    if (is_forward(n)) return {forward(n, ins, relu, call.nhwc, nhwc_out)};
     return backward(n, ins, call.nhwc, nhwc_out);
   }
   metrics::bump("library.aten");
-  metrics::bump(n.op == conv_id() ? "library.aten.convolution" : "library.aten.convolution_backward");
+  metrics::bump(is_forward(n) ? "library.aten.convolution" : "library.aten.convolution_backward");
   metrics::bump(std::string("library.aten_reason.") + why);
   std::vector<at::Tensor> outs = replay(aten, n, std::move(ins));
   if (relu) outs[0] = at::relu(outs[0]);

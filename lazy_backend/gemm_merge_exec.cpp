@@ -16,8 +16,7 @@ struct Operands {
 };
 
 Operands operands_of(const ir::Node& n, const std::vector<at::Tensor>& ins) {
-  static const uint32_t addmm = ir::intern_op("aten::addmm");
-  if (n.op != addmm) return {ins[0], ins[1], {}};
+  if (lowering::op_of(n.op) != lowering::Op::kAddmm) return {ins[0], ins[1], {}};
   return {ins[1], ins[2], ins[0].reshape({-1}).expand({ins[2].size(1)})};
 }
 

@@ -28,9 +28,12 @@ using runtime::GemmOperand;
 enum class Gemm : uint8_t { kMm, kAddmm, kBmm, kNone };
 
 Gemm gemm_kind(uint32_t op) {
-  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm"),
-                        bmm = ir::intern_op("aten::bmm");
-  return op == mm ? Gemm::kMm : op == addmm ? Gemm::kAddmm : op == bmm ? Gemm::kBmm : Gemm::kNone;
+  switch (lowering::op_of(op)) {
+    case lowering::Op::kMm: return Gemm::kMm;
+    case lowering::Op::kAddmm: return Gemm::kAddmm;
+    case lowering::Op::kBmm: return Gemm::kBmm;
+    default: return Gemm::kNone;
+  }
 }
 
 // The value of scalar operand `pos` (a constant or runtime data), if numeric.

@@ -8,6 +8,7 @@
 #include "lazy_backend/attr_ivalue.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/tensor_data.h"
+#include "lowering/ops.h"
 
 #include <mutex>
 #include <optional>
@@ -37,9 +38,8 @@ namespace {
 // as_strided indexes the storage, not the tensor: give it a fresh,
 // contiguous buffer that starts at offset 0 so storage == logical order.
 bool needs_flat_storage(uint32_t op) {
-  static const uint32_t a = ir::intern_op("aten::as_strided");
-  static const uint32_t b = ir::intern_op("aten::as_strided_scatter");
-  return op == a || op == b;
+  const lowering::Op o = lowering::op_of(op);
+  return o == lowering::Op::kAsStrided || o == lowering::Op::kAsStridedScatter;
 }
 
 // The seed of a random node: the disc generator's (seed, offset) when it was
@@ -128,12 +128,12 @@ class SeededCpuGenerator {
 // ~1.3-4 us per view, and an MLP training step has eleven. nullopt: not
 // one of those (or a reshape that must copy); replay the op.
 std::optional<at::Tensor> plain_view(const ir::Node& n, const at::Tensor& in) {
-  static const uint32_t transpose = ir::intern_op("aten::transpose.int"),
-                        reshape = ir::intern_op("aten::reshape"), view = ir::intern_op("aten::view");
-  if (n.op != transpose && n.op != reshape && n.op != view) return std::nullopt;
+  using lowering::Op;
+  const Op kind = lowering::op_of(n.op);
+  if (kind != Op::kTranspose && kind != Op::kReshape && kind != Op::kView) return std::nullopt;
   if (!in.defined() || !in.has_storage() || in.is_mkldnn() || in.is_sparse()) return std::nullopt;
   std::vector<int64_t> sizes = in.sizes().vec(), strides = in.strides().vec();
-  if (n.op == transpose) {
+  if (kind == Op::kTranspose) {
     const ir::Attr *a = n.attr_operand(1), *b = n.attr_operand(2);
     if (!a || !b || a->kind != ir::Attr::Kind::kInt || b->kind != ir::Attr::Kind::kInt) return std::nullopt;
     if (in.dim() == 0) return std::nullopt;  // transpose(0, 0) of a scalar: ATen's answer
@@ -213,10 +213,9 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
   {
     // Values never require grad here; skip the autograd layers.
     at::AutoDispatchBelowADInplaceOrView guard;
-    static const uint32_t dropout = ir::intern_op("aten::native_dropout");
     if (n.rng_runtime < 0 || seed_generator_arguments(op, n, stack)) {
       op.callBoxed(&stack);
-    } else if (n.op == dropout) {
+    } else if (lowering::op_of(n.op) == lowering::Op::kNativeDropout) {
       native_dropout(n, stack);
     } else {
       SeededCpuGenerator global(node_seed(n));

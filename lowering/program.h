@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "lowering/ir/graph.h"
-#include "lowering/op_class.h"
+#include "lowering/ops.h"
 #include "lowering/plan.h"
 
 namespace disc::lowering {

@@ -18,14 +18,8 @@ bool KernelEmitter::analyze(std::string* why) {
     return collect(why);
   }
   const ir::Node& row = *p_.ops[row_op_].node;
-  name_ = ir::op_name(row.op);
-  static const char* row_ops[] = {
-      "aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax", "aten::_softmax_backward_data",
-      "aten::_log_softmax_backward_data", "aten::sum.dim_IntList", "aten::mean.dim",
-      "aten::amax", "aten::native_layer_norm", "aten::native_layer_norm_backward"};
-  bool known = false;
-  for (const char* s : row_ops) known = known || name_ == s;
-  if (!known) return fail(why, row_op_, "no row codegen for this op");
+  row_ = op_of(row.op);
+  if (!op_info(row.op).codegen) return fail(why, row_op_, "no row codegen for this op");
   if (row.inputs.empty()) return fail(why, row_op_, "no tensor input");
   kernel_.space = p_.ops[row_op_].inputs[0];
   const ir::TensorType& space = type_of(kernel_.space);
@@ -45,12 +39,12 @@ bool KernelEmitter::analyze(std::string* why) {
   for (uint32_t k = 0; k < row.num_returns; ++k) {
     if (row.outputs[k].undefined) continue;  // output_mask left it out
     Extent e = Extent::kElements;
-    if (column_ || (name_ == "aten::native_layer_norm_backward" && k > 0)) e = Extent::kPerColumn;
+    if (column_ || (row_ == Op::kLayerNormBackward && k > 0)) e = Extent::kPerColumn;
     else if (is_reduction() || k > 0) e = Extent::kPerRow;
     using Combine = KernelOutput::Combine;
     const Combine c = !column_                  ? Combine::kSum
-                      : name_ == "aten::amax"     ? Combine::kMax
-                      : name_ == "aten::mean.dim" ? Combine::kMean
+                      : row_ == Op::kAmax     ? Combine::kMax
+                      : row_ == Op::kMeanDims ? Combine::kMean
                                                   : Combine::kSum;
     kernel_.outputs.push_back({row_op_, k, e, c});
   }
@@ -62,8 +56,8 @@ bool KernelEmitter::analyze(std::string* why) {
 // the last (first = 1: a mean over the sequence per batch entry): a column
 // reduction.
 bool KernelEmitter::reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const {
-  const bool has_dtype = name_ == "aten::sum.dim_IntList" || name_ == "aten::mean.dim";
-  if ((!has_dtype && name_ != "aten::amax") || R < 2) return false;
+  const bool has_dtype = row_ == Op::kSumDims || row_ == Op::kMeanDims;
+  if ((!has_dtype && row_ != Op::kAmax) || R < 2) return false;
   const ir::Attr* dims = n.attr_operand(1);
   const ir::Attr* dtype = has_dtype ? n.attr_operand(3) : nullptr;
   if (!dims || dims->kind != ir::Attr::Kind::kIntList ||
@@ -86,7 +80,7 @@ bool KernelEmitter::collect(std::string* why) {
     if (loop_ || op != row_op_) {
       if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kFloat32)
         return fail(why, op, "only single f32 outputs are generated");
-      if (!ValueEmitter::supports(ir::op_name(n.op))) return fail(why, op, "op has no codegen");
+      if (!op_info(n.op).codegen) return fail(why, op, "op has no codegen");
       if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
     }
     for (const ir::GraphRef& r : p_.ops[op].inputs) {
@@ -108,7 +102,7 @@ bool KernelEmitter::collect(std::string* why) {
 }
 
 bool KernelEmitter::is_reduction() const {
-  return name_ == "aten::sum.dim_IntList" || name_ == "aten::mean.dim" || name_ == "aten::amax";
+  return row_ == Op::kSumDims || row_ == Op::kMeanDims || row_ == Op::kAmax;
 }
 
 bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
@@ -116,19 +110,20 @@ bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
   if (is_reduction()) {
     const ir::Attr* dims = n.attr_operand(1);
     if (!dims || dims->kind != ir::Attr::Kind::kIntList || dims->ints.size() != 1) return false;
-    if (name_ != "aten::amax") {  // dtype= must be absent
+    if (row_ != Op::kAmax) {  // dtype= must be absent
       const ir::Attr* dtype = n.attr_operand(3);
       if (!dtype || dtype->kind != ir::Attr::Kind::kNone) return false;
     }
     return is_last(dims->ints[0]);
   }
-  if (name_ == "aten::native_layer_norm" || name_ == "aten::native_layer_norm_backward") {
-    const ir::Attr* shape = n.attr_operand(name_ == "aten::native_layer_norm" ? 1 : 2);
+  if (row_ == Op::kLayerNorm || row_ == Op::kLayerNormBackward) {
+    const ir::Attr* shape = n.attr_operand(row_ == Op::kLayerNorm ? 1 : 2);
     return shape && shape->ints.size() == 1;
   }
-  const ir::Attr* dim = n.attr_operand(name_.find("backward") != std::string::npos ? 2 : 1);
+  const bool backward = row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward;
+  const ir::Attr* dim = n.attr_operand(backward ? 2 : 1);
   if (!dim || dim->kind != ir::Attr::Kind::kInt || !is_last(dim->i)) return false;
-  if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax") {
+  if (row_ == Op::kSoftmax || row_ == Op::kLogSoftmax) {
     const ir::Attr* half_to_float = n.attr_operand(2);
     if (!half_to_float || half_to_float->i != 0) return false;
   }

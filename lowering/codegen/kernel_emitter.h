@@ -116,7 +116,7 @@ class KernelEmitter {
   bool loop_ = false;
   bool column_ = false;  // a sum over all leading dims
   uint32_t row_op_ = 0;  // the reduction / stitch op, last in a kInput / kStitch group
-  std::string name_;
+  Op row_ = Op::kOther;  // the row op's kind (kInput / kStitch)
   std::ostringstream body_;
   std::string indent_;
   uint32_t counter_ = 0;

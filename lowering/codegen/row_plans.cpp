@@ -42,29 +42,29 @@ void KernelEmitter::emit_row() {
     });
     return;
   }
-  if (name_ == "aten::native_layer_norm_backward") {
+  if (row_ == Op::kLayerNormBackward) {
     emit_layer_norm_backward();
     return;
   }
   if (is_reduction()) {
-    Acc a = name_ == "aten::amax" ? Acc::kMax : Acc::kAdd;
+    Acc a = row_ == Op::kAmax ? Acc::kMax : Acc::kAdd;
     bool store_p = producers_once();
     std::string r = pass({a}, [&](Variant& v) { return std::vector{row_inputs(v, store_p)[0]}; })[0];
-    if (name_ == "aten::mean.dim") r = s.binary("arith.divf", r, "%nf");
+    if (row_ == Op::kMeanDims) r = s.binary("arith.divf", r, "%nf");
     store_row(out0, r);
     return;
   }
-  if (name_ == "aten::_softmax" || name_ == "aten::_log_softmax" || name_ == "aten::_safe_softmax") {
+  if (row_ == Op::kSoftmax || row_ == Op::kLogSoftmax || row_ == Op::kSafeSoftmax) {
     bool store_p = producers_once();
     std::string mx = pass({Acc::kMax}, [&](Variant& v) {
       return std::vector{row_inputs(v, store_p)[0]};
     })[0];
-    const bool log = name_ == "aten::_log_softmax";
+    const bool log = row_ == Op::kLogSoftmax;
     // _safe_softmax: a row that is all -inf (fully masked attention) is 0,
     // not NaN: shift it by 0 instead of its max (every exp is then 0) and
     // scale it by 0 instead of 1/0.
     std::string masked_row;
-    if (name_ == "aten::_safe_softmax") {
+    if (row_ == Op::kSafeSoftmax) {
       masked_row = s.cmp("oeq", mx, identity(Acc::kMax, 0));
       mx = s.select(masked_row, s.constant(0.0), mx);
     }
@@ -88,10 +88,10 @@ void KernelEmitter::emit_row() {
     });
     return;
   }
-  if (name_ == "aten::_softmax_backward_data" || name_ == "aten::_log_softmax_backward_data") {
+  if (row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward) {
     // softmax:      grad_in = y * (g - sum(g * y))
     // log_softmax:  grad_in = g - exp(y) * sum(g)
-    const bool log = name_ == "aten::_log_softmax_backward_data";
+    const bool log = row_ == Op::kLogSoftmaxBackward;
     bool store_p = producers_once();
     std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
       std::vector<std::string> in = row_inputs(v, store_p);

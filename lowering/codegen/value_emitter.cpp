@@ -26,19 +26,6 @@ ValueEmitter::ValueEmitter(const Program& p, std::ostringstream& out, std::strin
   type_ = vec("f32");
 }
 
-bool ValueEmitter::supports(const std::string& op) {
-  static const char* ops[] = {
-      "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
-      "aten::mul.Tensor", "aten::mul_.Tensor", "aten::mul_.Scalar", "aten::div.Tensor",
-      "aten::div_.Tensor", "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt",
-      "aten::tanh", "aten::sigmoid", "aten::relu", "aten::abs", "aten::threshold_backward",
-      "aten::sqrt_", "aten::lerp_.Scalar", "aten::addcmul_", "aten::addcdiv_", "aten::zero_",
-      "aten::fill_.Scalar", "aten::expand", "aten::mul.out", "aten::add.out"};
-  for (const char* s : ops)
-    if (op == s) return true;
-  return false;
-}
-
 std::string ValueEmitter::vec(const std::string& elem) const {
   return width_ ? "vector<" + std::to_string(width_) + "x" + elem + ">" : elem;
 }
@@ -94,7 +81,6 @@ std::string ValueEmitter::select(const std::string& cond, const std::string& a,
 }
 
 std::string ValueEmitter::exp(const std::string& a) {
-  uses_exp_ = true;
   std::string r = fresh();
   line(r + " = func.call @disc_expf" + (width_ ? std::to_string(width_) : "") + "(" + a +
        ") : (" + type_ + ") -> " + type_);
@@ -161,61 +147,79 @@ bool ValueEmitter::operand_is_one(uint32_t op, size_t k) const {
 }
 
 std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& in) {
-  const std::string name = ir::op_name(p_.ops[op].node->op);
-  // out= variants (SGD's momentum buffer: mul.out(m, buf, out=buf)): the
-  // kernel writes a new buffer that then stands for `out`.
-  if (name == "aten::add.Tensor" || name == "aten::add_.Tensor" || name == "aten::sub.Tensor" ||
-      name == "aten::sub_.Tensor" || name == "aten::add.out") {
-    std::string b = in.at(1);
-    if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);
-    return binary(name.find("add") != std::string::npos ? "arith.addf" : "arith.subf", in.at(0), b);
+  switch (op_of(p_.ops[op].node->op)) {
+    // out= variants (SGD's momentum buffer: mul.out(m, buf, out=buf)): the
+    // kernel writes a new buffer that then stands for `out`.
+    case Op::kAdd:
+    case Op::kAddInplace:
+    case Op::kAddOut: return add_scaled(op, "arith.addf", in);
+    case Op::kSub:
+    case Op::kSubInplace: return add_scaled(op, "arith.subf", in);
+    case Op::kMul:
+    case Op::kMulInplace:
+    case Op::kMulOut: return binary("arith.mulf", in.at(0), in.at(1));
+    case Op::kMulScalar:
+    case Op::kMulScalarInplace: return binary("arith.mulf", in.at(0), scalar_operand(op, 1));
+    case Op::kAddScalar: {  // self + alpha * other, other a Scalar
+      std::string b = scalar_operand(op, 1);
+      if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);
+      return binary("arith.addf", in.at(0), b);
+    }
+    case Op::kDiv:
+    case Op::kDivInplace: return binary("arith.divf", in.at(0), in.at(1));
+    case Op::kNeg: return unary("arith.negf", in.at(0));
+    case Op::kExpand: return in.at(0);  // right-aligned broadcast: the loads do it
+    case Op::kZeroInplace: return constant(0.0);
+    case Op::kFillInplace: return scalar_operand(op, 1);
+    case Op::kSqrt:
+    case Op::kSqrtInplace: return unary("math.sqrt", in.at(0));
+    case Op::kAddcmulInplace: return addc(op, "arith.mulf", in);
+    case Op::kAddcdivInplace: return addc(op, "arith.divf", in);
+    case Op::kLerpInplace: return lerp(op, in);
+    case Op::kExp: return exp(in.at(0));
+    case Op::kLog: return unary("math.log", in.at(0));
+    case Op::kRsqrt: return binary("arith.divf", constant(1.0), unary("math.sqrt", in.at(0)));
+    case Op::kTanh: return unary("math.tanh", in.at(0));
+    case Op::kAbs: return unary("math.abs", in.at(0));
+    case Op::kSigmoid: {
+      std::string e = exp(unary("arith.negf", in.at(0)));
+      return binary("arith.divf", constant(1.0), binary("arith.addf", constant(1.0), e));
+    }
+    case Op::kRelu: {
+      // NaN stays NaN, as in torch: "unordered or greater than zero".
+      std::string zero = constant(0.0);
+      return select(cmp("ugt", in.at(0), zero), in.at(0), zero);
+    }
+    case Op::kThresholdBackward:  // grad where self > threshold, else 0
+      return select(cmp("ole", in.at(1), scalar_operand(op, 2)), constant(0.0), in.at(0));
+    default: break;
   }
-  if (name == "aten::mul.Tensor" || name == "aten::mul_.Tensor" || name == "aten::mul.out")
-    return binary("arith.mulf", in.at(0), in.at(1));
-  if (name == "aten::mul_.Scalar") return binary("arith.mulf", in.at(0), scalar_operand(op, 1));
-  if (name == "aten::div.Tensor" || name == "aten::div_.Tensor")
-    return binary("arith.divf", in.at(0), in.at(1));
-  if (name == "aten::neg") return unary("arith.negf", in.at(0));
-  if (name == "aten::expand") return in.at(0);  // right-aligned broadcast: the loads do it
-  if (name == "aten::zero_") return constant(0.0);
-  if (name == "aten::fill_.Scalar") return scalar_operand(op, 1);
-  if (name == "aten::sqrt_" || name == "aten::sqrt") return unary("math.sqrt", in.at(0));
-  if (name == "aten::addcmul_" || name == "aten::addcdiv_") {
-    // self + value * (t1 op t2), torch's order of operations.
-    std::string t =
-        binary(name == "aten::addcmul_" ? "arith.mulf" : "arith.divf", in.at(1), in.at(2));
-    if (!operand_is_one(op, 3)) t = binary("arith.mulf", scalar_operand(op, 3), t);
-    return binary("arith.addf", in.at(0), t);
-  }
-  if (name == "aten::lerp_.Scalar") {
-    // As torch: w < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w).
-    std::string self = in.at(0), end = in.at(1), w = scalar_operand(op, 2);
-    std::string diff = binary("arith.subf", end, self);
-    std::string low = binary("arith.addf", self, binary("arith.mulf", w, diff));
-    std::string high = binary("arith.subf", end,
-                              binary("arith.mulf", diff, binary("arith.subf", constant(1.0), w)));
-    return select(cmp("olt", w, constant(0.5)), low, high);
-  }
-  if (name == "aten::exp") return exp(in.at(0));
-  if (name == "aten::log") return unary("math.log", in.at(0));
-  if (name == "aten::rsqrt") return binary("arith.divf", constant(1.0), unary("math.sqrt", in.at(0)));
-  if (name == "aten::tanh") return unary("math.tanh", in.at(0));
-  if (name == "aten::abs") return unary("math.abs", in.at(0));
-  if (name == "aten::sigmoid") {
-    std::string e = exp(unary("arith.negf", in.at(0)));
-    return binary("arith.divf", constant(1.0), binary("arith.addf", constant(1.0), e));
-  }
-  if (name == "aten::relu") {
-    // NaN stays NaN, as in torch: "unordered or greater than zero".
-    std::string zero = constant(0.0);
-    return select(cmp("ugt", in.at(0), zero), in.at(0), zero);
-  }
-  if (name == "aten::threshold_backward") {
-    // grad where self > threshold, else 0.
-    std::string t = scalar_operand(op, 2);
-    return select(cmp("ole", in.at(1), t), constant(0.0), in.at(0));
-  }
-  throw std::logic_error("unsupported op reached codegen: " + name);
+  throw std::logic_error("an op without codegen (ops.def) reached the emitter: " +
+                         ir::op_name(p_.ops[op].node->op));
+}
+
+// self +/- alpha * other, alpha left out when it is 1.
+std::string ValueEmitter::add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in) {
+  std::string b = in.at(1);
+  if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);
+  return binary(arith, in.at(0), b);
+}
+
+// self + value * (t1 op t2), torch's order of operations (addcmul_, addcdiv_).
+std::string ValueEmitter::addc(uint32_t op, const char* arith, const std::vector<std::string>& in) {
+  std::string t = binary(arith, in.at(1), in.at(2));
+  if (!operand_is_one(op, 3)) t = binary("arith.mulf", scalar_operand(op, 3), t);
+  return binary("arith.addf", in.at(0), t);
+}
+
+// As torch: w < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w).
+std::string ValueEmitter::lerp(uint32_t op, const std::vector<std::string>& in) {
+  std::string self = in.at(0), end = in.at(1), w = scalar_operand(op, 2);
+  std::string diff = binary("arith.subf", end, self);
+  std::string low = binary("arith.addf", self, binary("arith.mulf", w, diff));
+  std::string high = binary("arith.subf", end,
+                            binary("arith.mulf", diff, binary("arith.subf", constant(1.0), w)));
+  return select(cmp("olt", w, constant(0.5)), low, high);
 }
 
 }  // namespace disc::lowering

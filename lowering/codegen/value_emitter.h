@@ -29,9 +29,6 @@ class ValueEmitter {
   ValueEmitter(const Program& p, std::ostringstream& out, std::string indent, uint32_t width,
                const std::vector<std::pair<uint32_t, uint32_t>>& runtime, uint32_t& counter);
 
-  // Whether compute() handles this op (by name).
-  static bool supports(const std::string& op);
-
   const std::string& type() const { return type_; }
   std::string fresh();
   std::string line(const std::string& s);
@@ -57,10 +54,11 @@ class ValueEmitter {
   std::string scalar_operand_f32(uint32_t op, size_t operand);
   bool operand_is_one(uint32_t op, size_t operand) const;
 
-  bool uses_exp() const { return uses_exp_; }
-
  private:
   std::string vec(const std::string& elem) const;  // "f32" -> this variant's type
+  std::string add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in);
+  std::string addc(uint32_t op, const char* arith, const std::vector<std::string>& in);
+  std::string lerp(uint32_t op, const std::vector<std::string>& in);
 
   const Program& p_;
   std::ostringstream& out_;
@@ -69,7 +67,6 @@ class ValueEmitter {
   std::string type_;
   const std::vector<std::pair<uint32_t, uint32_t>>& runtime_;
   uint32_t& counter_;
-  bool uses_exp_ = false;
 };
 
 }  // namespace disc::lowering

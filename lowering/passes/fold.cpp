@@ -29,16 +29,6 @@ namespace disc::lowering {
 
 namespace {
 
-struct Ops {
-  uint32_t transpose = ir::intern_op("aten::transpose.int");
-  uint32_t unsqueeze = ir::intern_op("aten::unsqueeze");
-  uint32_t squeeze_dim = ir::intern_op("aten::squeeze.dim");
-  uint32_t reshape = ir::intern_op("aten::reshape");
-  uint32_t expand = ir::intern_op("aten::expand");
-  uint32_t neg = ir::intern_op("aten::neg");
-  uint32_t alias = ir::intern_op("aten::alias");
-};
-
 std::optional<int64_t> int_operand(const ir::Node& n, size_t k) {
   const ir::Attr* a = n.attr_operand(k);
   if (!a || a->kind != ir::Attr::Kind::kInt) return std::nullopt;
@@ -67,21 +57,22 @@ std::optional<std::pair<int64_t, int64_t>> swapped_dims(const Program& p, uint32
 }
 
 // The value op `i` is equal to, when it undoes its input's op; else nullopt.
-std::optional<ir::GraphRef> undone(const Program& p, const Ops& ops, uint32_t i) {
+std::optional<ir::GraphRef> undone(const Program& p, uint32_t i) {
   const ProgramOp& op = p.ops[i];
   if (op.node->outputs.size() != 1 || op.inputs.size() != 1) return std::nullopt;
   const ProgramOp& in = p.ops[op.inputs[0].node];
-  if (op.node->op == ops.alias) return op.inputs[0];
-  if (op.node->op == ops.neg && in.node->op == ops.neg && in.inputs.size() == 1) return in.inputs[0];
-  if (op.node->op == ops.transpose) {
+  const Op o = op_of(op.node->op), before = op_of(in.node->op);
+  if (o == Op::kAlias) return op.inputs[0];
+  if (o == Op::kNeg && before == Op::kNeg && in.inputs.size() == 1) return in.inputs[0];
+  if (o == Op::kTranspose) {
     auto dims = swapped_dims(p, i);
     if (!dims) return std::nullopt;
     if (dims->first == dims->second) return op.inputs[0];  // swaps a dim with itself
-    if (in.node->op == ops.transpose && swapped_dims(p, op.inputs[0].node) == dims)
+    if (before == Op::kTranspose && swapped_dims(p, op.inputs[0].node) == dims)
       return in.inputs[0];
     return std::nullopt;
   }
-  if (op.node->op == ops.squeeze_dim && in.node->op == ops.unsqueeze && in.inputs.size() == 1) {
+  if (o == Op::kSqueezeDim && before == Op::kUnsqueeze && in.inputs.size() == 1) {
     // Both dims index the unsqueezed tensor, whose rank is the squeeze's input's.
     const size_t rank = rank_of(p, op.inputs[0]);
     auto added = wrapped(int_operand(*in.node, 1), rank);
@@ -94,7 +85,6 @@ std::optional<ir::GraphRef> undone(const Program& p, const Ops& ops, uint32_t i)
 }  // namespace
 
 void fold(Program& p) {
-  static const Ops ops;
   // One forward sweep: an op's inputs are resolved before it is looked at,
   // so chains of any length fold (transpose(transpose(transpose(x)))).
   std::vector<std::optional<ir::GraphRef>> same_as(p.ops.size());
@@ -106,9 +96,9 @@ void fold(Program& p) {
     if (op.erased) continue;
     for (ir::GraphRef& r : op.inputs) resolve(r);
     if (op.node->is_data()) continue;
-    if (std::optional<ir::GraphRef> v = undone(p, ops, i)) {
+    if (std::optional<ir::GraphRef> v = undone(p, i)) {
       same_as[i] = *v;
-    } else if ((op.node->op == ops.reshape || op.node->op == ops.expand) && op.inputs.size() == 1) {
+    } else if ((op_of(op.node->op) == Op::kReshape || op_of(op.node->op) == Op::kExpand) && op.inputs.size() == 1) {
       // A reshape depends only on its input's elements in row-major order,
       // which a reshape before it does not change; an expand's input
       // broadcasts to the outer sizes whenever it did to the inner ones

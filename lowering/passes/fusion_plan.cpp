@@ -22,13 +22,9 @@ namespace {
 
 constexpr size_t kMaxKernelArgs = 32;
 
-bool is_fusible(const ProgramOp& op) {
-  // Kernels broadcast by right-aligned strides, as expand does; unsqueeze
-  // moves dims and stays a view.
-  if (op.cls == OpClass::kBroadcast) return ir::op_name(op.node->op) == "aten::expand";
-  return op.cls == OpClass::kElementwise || op.cls == OpClass::kReduction ||
-         op.cls == OpClass::kStitch;
-}
+// Only what generated kernels compute (ops.def's kEmit): a group the
+// codegen would decline runs every one of its ops on ATen.
+bool is_fusible(const ProgramOp& op) { return op_info(op.node->op).codegen; }
 
 class Planner {
  public:

@@ -84,14 +84,14 @@ class Merger {
   // The operands of op i if it is a GEMM the executor can merge: float32
   // mm, or addmm with beta = alpha = 1 and a bias of [n]; no epilogue.
   std::optional<Operands> gemm(uint32_t i) const {
-    static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm");
     const ProgramOp& op = p_.ops[i];
-    if (op.erased || (op.node->op != mm && op.node->op != addmm) || has_epilogue_[i]) return std::nullopt;
+    const Op kind = op_of(op.node->op);
+    if (op.erased || (kind != Op::kMm && kind != Op::kAddmm) || has_epilogue_[i]) return std::nullopt;
     if (op.node->outputs.size() != 1 || op.node->outputs[0].dtype != ir::DType::kFloat32) return std::nullopt;
     for (const ir::GraphRef& r : op.inputs)
       if (dtype(r) != ir::DType::kFloat32) return std::nullopt;
     Operands o;
-    o.addmm = op.node->op == addmm;
+    o.addmm = kind == Op::kAddmm;
     if (o.addmm) {
       if (op.inputs.size() != 3 || !is_one(*op.node, 3) || !is_one(*op.node, 4)) return std::nullopt;
       o.bias = op.inputs[0];

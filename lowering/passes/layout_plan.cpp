@@ -25,18 +25,17 @@ namespace disc::lowering {
 namespace {
 
 bool is_conv(uint32_t op) {
-  static const uint32_t conv = ir::intern_op("aten::convolution"),
-                        conv_bw = ir::intern_op("aten::convolution_backward");
-  return op == conv || op == conv_bw;
+  const Op o = op_of(op);
+  return o == Op::kConvolution || o == Op::kConvolutionBackward;
 }
 
 // Readers that see an NHWC tensor as the same values: element-wise ops
 // (ATen's and generated kernels, which take strides), pooling and
 // convolutions.
 bool layout_agnostic(uint32_t op) {
-  static const uint32_t pool = ir::intern_op("aten::max_pool2d_with_indices"),
-                        pool_bw = ir::intern_op("aten::max_pool2d_with_indices_backward");
-  return op == pool || op == pool_bw || is_conv(op) || classify(op) == OpClass::kElementwise;
+  const Op o = op_of(op);
+  return o == Op::kMaxPool2d || o == Op::kMaxPool2dBackward || is_conv(op) ||
+         classify(op) == OpClass::kElementwise;
 }
 
 struct Readers {
@@ -91,7 +90,6 @@ void plan_reader(const Program& p, uint32_t i, Readers& r, LayoutPlan& plan) {
 
 const char* conv_library_declines(const Program& p, uint32_t i) {
   const ir::Node& n = *p.ops[i].node;
-  static const uint32_t conv = ir::intern_op("aten::convolution");
   if (options::text(options::Id::kConv) == "aten") return "disabled";
   for (const ir::GraphRef& in : p.ops[i].inputs)
     if (p.ops[in.node].node->outputs[in.index].dtype != ir::DType::kFloat32) return "dtype";
@@ -99,7 +97,7 @@ const char* conv_library_declines(const Program& p, uint32_t i) {
     if (!t.undefined && t.dtype != ir::DType::kFloat32) return "dtype";
   // Geometry (stride, padding, dilation, transposed): operand 3 of
   // convolution, 4 of convolution_backward.
-  const size_t g = n.op == conv ? 3 : 4;
+  const size_t g = op_of(n.op) == Op::kConvolution ? 3 : 4;
   const ir::Attr* stride = n.attr_operand(g);
   const ir::Attr* transposed = n.attr_operand(g + 3);
   if (!stride || !transposed) return "operands";

@@ -23,28 +23,29 @@ namespace disc::lowering {
 namespace {
 
 bool is_gemm(uint32_t op) {
-  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm"),
-                        bmm = ir::intern_op("aten::bmm");
-  return op == mm || op == addmm || op == bmm;
+  const Op o = op_of(op);
+  return o == Op::kMm || o == Op::kAddmm || o == Op::kBmm;
 }
 
 bool is_conv(uint32_t op) {
-  static const uint32_t conv = ir::intern_op("aten::convolution"),
-                        conv_bw = ir::intern_op("aten::convolution_backward");
-  return op == conv || op == conv_bw;
+  const Op o = op_of(op);
+  return o == Op::kConvolution || o == Op::kConvolutionBackward;
+}
+
+// Ops that only relayout a matrix: a GEMM reading W through them reads W.
+bool relayouts(uint32_t op) {
+  const Op o = op_of(op);
+  return o == Op::kTranspose || o == Op::kT || o == Op::kPermute || o == Op::kAlias;
 }
 
 // The parameter op B of GEMM `i` is a view of, through ops that only
 // relayout it, or -1.
 int32_t weight_param_of(const Program& p, uint32_t i) {
-  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm");
-  static const std::vector<uint32_t> views{ir::intern_op("aten::transpose.int"), ir::intern_op("aten::t"),
-                                           ir::intern_op("aten::permute"), ir::intern_op("aten::alias")};
   const ProgramOp& op = p.ops[i];
-  if (op.node->op != mm && op.node->op != addmm) return -1;
-  uint32_t src = op.inputs[op.node->op == addmm ? 2 : 1].node;
-  while (std::find(views.begin(), views.end(), p.ops[src].node->op) != views.end())
-    src = p.ops[src].inputs[0].node;
+  const Op o = op_of(op.node->op);
+  if (o != Op::kMm && o != Op::kAddmm) return -1;
+  uint32_t src = op.inputs[o == Op::kAddmm ? 2 : 1].node;
+  while (relayouts(p.ops[src].node->op)) src = p.ops[src].inputs[0].node;
   return p.ops[src].cls == OpClass::kData ? static_cast<int32_t>(src) : -1;
 }
 
@@ -53,11 +54,10 @@ int32_t weight_param_of(const Program& p, uint32_t i) {
 // Kernels, element-wise and layout ops and GEMMs take any strides; a view
 // that keeps the last dim only splits rows, which a column slice allows.
 bool needs_own_buffer(const Program& p, uint32_t m, const ProgramOp& user) {
-  static const uint32_t as_strided = ir::intern_op("aten::as_strided"), view = ir::intern_op("aten::view"),
-                        unsafe_view = ir::intern_op("aten::_unsafe_view");
-  if (user.node->op == view || user.node->op == unsafe_view)
+  const Op o = op_of(user.node->op);
+  if (o == Op::kView || o == Op::kUnsafeView)
     return user.dims.empty() || user.dims[0].empty() || user.dims[0].back() != p.ops[m].dims[0].back();
-  return user.cls == OpClass::kOpaque || user.cls == OpClass::kData || user.node->op == as_strided;
+  return user.cls == OpClass::kOpaque || user.cls == OpClass::kData || o == Op::kAsStrided;
 }
 
 LibraryCall call_for(const Program& p, uint32_t i) {
@@ -114,8 +114,7 @@ void plan_library_calls(Program& p) {
       if (!lib || (lib->kind != LibraryCall::Kind::kGemm && lib->kind != LibraryCall::Kind::kConv))
         throw CompileError("library-calls", i, ir::op_name(op.node->op),
                            "epilogue of an op that is no GEMM or library convolution");
-      static const uint32_t relu = ir::intern_op("aten::relu");
-      lib->act = op.node->op == relu ? Activation::kRelu : Activation::kGelu;
+      lib->act = op_of(op.node->op) == Op::kRelu ? Activation::kRelu : Activation::kGelu;
     } else if (op.cls == OpClass::kLibrary) {
       calls[i] = call_for(p, i);
     }

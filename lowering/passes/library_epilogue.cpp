@@ -24,9 +24,8 @@ namespace disc::lowering {
 namespace {
 
 bool takes_activation(uint32_t op) {
-  static const uint32_t mm = ir::intern_op("aten::mm"), addmm = ir::intern_op("aten::addmm"),
-                        conv = ir::intern_op("aten::convolution");
-  return op == mm || op == addmm || op == conv;
+  const Op o = op_of(op);
+  return o == Op::kMm || o == Op::kAddmm || o == Op::kConvolution;
 }
 
 bool is_f32(const ir::Node& n) {
@@ -35,17 +34,14 @@ bool is_f32(const ir::Node& n) {
 
 // gelu(x, approximate="none"), the one oneDNN's eltwise_gelu_erf computes.
 bool is_exact_gelu(const ir::Node& n) {
-  static const uint32_t gelu = ir::intern_op("aten::gelu");
   const ir::Attr* approximate = n.attr_operand(1);
-  return n.op == gelu && approximate && approximate->kind == ir::Attr::Kind::kString &&
+  return op_of(n.op) == Op::kGelu && approximate && approximate->kind == ir::Attr::Kind::kString &&
          approximate->s == "none";
 }
 
 }  // namespace
 
 void library_epilogue(Program& p) {
-  static const uint32_t relu = ir::intern_op("aten::relu"), conv = ir::intern_op("aten::convolution"),
-                        reshape = ir::intern_op("aten::reshape");
   for (ProgramOp& op : p.ops) op.epilogue_of = -1;
   const std::vector<std::vector<uint32_t>> users = users_of(p);
   std::vector<bool> is_output(p.ops.size(), false);
@@ -54,19 +50,19 @@ void library_epilogue(Program& p) {
     ProgramOp& op = p.ops[i];
     if (op.erased || op.inputs.size() != 1 || !is_f32(*op.node)) continue;
     const bool gelu = is_exact_gelu(*op.node);
-    if (op.node->op != relu && !gelu) continue;
+    if (op_of(op.node->op) != Op::kRelu && !gelu) continue;
     uint32_t reader = i, src = op.inputs[0].node;
     // nn.Linear on a [B, S, H] input is reshape -> addmm -> reshape: the
     // activation may sit behind that last reshape, a view of the GEMM's
     // buffer, which then holds the activated values.
-    if (p.ops[src].node->op == reshape && !p.ops[src].erased && !is_output[src] &&
+    if (op_of(p.ops[src].node->op) == Op::kReshape && !p.ops[src].erased && !is_output[src] &&
         users[src] == std::vector<uint32_t>{i} && p.ops[src].inputs.size() == 1) {
       reader = src;
       src = p.ops[src].inputs[0].node;
     }
     const ProgramOp& lib = p.ops[src];
     if (lib.erased || !takes_activation(lib.node->op) || !is_f32(*lib.node)) continue;
-    if (lib.node->op == conv && (gelu || reader != i)) continue;
+    if (op_of(lib.node->op) == Op::kConvolution && (gelu || reader != i)) continue;
     if (is_output[src] || users[src] != std::vector<uint32_t>{reader}) continue;
     op.epilogue_of = static_cast<int32_t>(src);
   }

@@ -56,7 +56,7 @@ class Rules {
   void apply(uint32_t i) {
     const ProgramOp& op = p_.ops[i];
     const ir::Node& n = *op.node;
-    const std::string& name = ir::op_name(n.op);
+    const Op kind = op_of(n.op);
     // An updated input keeps its shape -- unless the op resized it (an out=
     // buffer, often a shared empty one): then old and new dims are unrelated.
     for (size_t j = 0; j < n.mutated.size(); ++j) {
@@ -67,13 +67,13 @@ class Rules {
     switch (op.cls) {
       case OpClass::kElementwise:
       case OpClass::kBroadcast:
-        if (name == "aten::unsqueeze") return unsqueeze(i);
+        if (kind == Op::kUnsqueeze) return unsqueeze(i);
         for (uint32_t k = 0; k < op.inputs.size(); ++k) broadcast(in(i, k), {i, 0});
         return;
       case OpClass::kReduction: return reduction(i);
-      case OpClass::kStitch: return stitch(i, name);
-      case OpClass::kLibrary: return library(i, name);
-      case OpClass::kLayout: return layout(i, name);
+      case OpClass::kStitch: return stitch(i, kind);
+      case OpClass::kLibrary: return library(i, kind);
+      case OpClass::kLayout: return layout(i, kind);
       default: return;
     }
   }
@@ -119,22 +119,22 @@ class Rules {
       if (!reduced[a] || keepdim) ++b;
     }
   }
-  void stitch(uint32_t i, const std::string& name) {
+  void stitch(uint32_t i, Op kind) {
     Ref out{i, 0};
     same_shape(in(i, 0), out);
-    if (name.find("backward_data") != std::string::npos) same_shape(in(i, 1), out);
-    if (name == "aten::native_layer_norm_backward") same_shape(in(i, 1), out);
-    if (name == "aten::native_layer_norm") {
+    if (kind == Op::kSoftmaxBackward || kind == Op::kLogSoftmaxBackward) same_shape(in(i, 1), out);
+    if (kind == Op::kLayerNormBackward) same_shape(in(i, 1), out);
+    if (kind == Op::kLayerNorm) {
       // mean and rstd keep the leading (batch) dims of the input.
       for (uint32_t o = 1; o < 3; ++o)
         for (size_t a = 0; a < rank({i, o}) && a < rank(in(i, 0)); ++a)
           if (sizes({i, o})[a] != 1) eq(in(i, 0), a, {i, o}, a);
     }
   }
-  void library(uint32_t i, const std::string& name) {
+  void library(uint32_t i, Op kind) {
     Ref out{i, 0};
-    if (name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm") {
-      uint32_t first = name == "aten::addmm" ? 1 : 0;
+    if (kind == Op::kMm || kind == Op::kAddmm || kind == Op::kBmm) {
+      uint32_t first = kind == Op::kAddmm ? 1 : 0;
       Ref a = in(i, first), b = in(i, first + 1);
       size_t r = rank(out);
       if (rank(a) != r || rank(b) != r) return;
@@ -143,42 +143,42 @@ class Rules {
       eq(b, r - 1, out, r - 1);
       eq(a, r - 1, b, r - 2);
       if (first == 1) broadcast(in(i, 0), out);
-    } else if (name == "aten::convolution") {
+    } else if (kind == Op::kConvolution) {
       eq(in(i, 0), 0, out, 0);  // batch
       eq(in(i, 1), 0, out, 1);  // output channels
       eq(in(i, 0), 1, in(i, 1), 1);
-    } else if (name == "aten::convolution_backward") {
+    } else if (kind == Op::kConvolutionBackward) {
       same_shape(in(i, 1), {i, 0});  // grad_input ~ input
       same_shape(in(i, 2), {i, 1});  // grad_weight ~ weight
     }
   }
-  void layout(uint32_t i, const std::string& name) {
+  void layout(uint32_t i, Op kind) {
     const ir::Node& n = *p_.ops[i].node;
     Ref src = in(i, 0), out{i, 0};
     if (rank(src) == 0) return;  // a scalar has no dims to relate (dim 0 / -1 name it)
-    if (name == "aten::alias") return same_shape(src, out);
-    if (name == "aten::transpose.int") {
+    if (kind == Op::kAlias) return same_shape(src, out);
+    if (kind == Op::kTranspose) {
       int64_t a = wrap_dim(n.attr_operand(1)->i, rank(src));
       int64_t b = wrap_dim(n.attr_operand(2)->i, rank(src));
       for (size_t k = 0; k < rank(src); ++k)
         eq(src, k, out, static_cast<int64_t>(k) == a ? b : static_cast<int64_t>(k) == b ? a : k);
       return;
     }
-    if (name == "aten::permute") {
+    if (kind == Op::kPermute) {
       const auto& perm = n.attr_operand(1)->ints;
       for (size_t k = 0; k < perm.size(); ++k) eq(src, wrap_dim(perm[k], rank(src)), out, k);
       return;
     }
-    if (name == "aten::reshape") return reshape(src, out);
+    if (kind == Op::kReshape) return reshape(src, out);
     std::vector<bool> dropped(rank(src), false);
-    if (name == "aten::select.int" || name == "aten::squeeze.dim") {
+    if (kind == Op::kSelect || kind == Op::kSqueezeDim) {
       dropped[wrap_dim(n.attr_operand(1)->i, rank(src))] = rank(out) < rank(src);
-    } else if (name == "aten::squeeze.dims") {
+    } else if (kind == Op::kSqueezeDims) {
       for (int64_t dim : n.attr_operand(1)->ints)
         dropped[wrap_dim(dim, rank(src))] = sizes(src)[wrap_dim(dim, rank(src))] == 1;
-    } else if (name == "aten::squeeze") {
+    } else if (kind == Op::kSqueeze) {
       for (size_t a = 0; a < rank(src); ++a) dropped[a] = sizes(src)[a] == 1;
-    } else if (name == "aten::slice.Tensor") {
+    } else if (kind == Op::kSlice) {
       // The sliced dim gets its own symbol; the others are unchanged.
       int64_t dim = wrap_dim(n.attr_operand(1)->i, rank(src));
       for (size_t a = 0; a < rank(src); ++a)

@@ -105,3 +105,21 @@ TEST(FusionPlan, MlpForwardKernelCountIsPinned) {
   EXPECT_EQ(p.epilogues(), 1u);
   EXPECT_EQ(p.unfused_ops(), 0u);
 }
+
+TEST(FusionPlan, AnOpWithoutCodegenJoinsNoGroupAndSplitsTheChainAroundIt) {
+  // mul -> gelu -> add -> relu: gelu has no emitter (ops.def), so it runs
+  // on ATen between a lone mul and an {add, relu} kernel, instead of the
+  // whole chain being planned as one group and then declined.
+  GraphBuilder b;
+  auto x = b.param({64, 128});
+  auto m = b.op("aten::mul.Tensor", {x, x}, {64, 128});
+  auto g = b.op("aten::gelu", {m}, {64, 128}, {ir::Attr{}});
+  auto a = b.op("aten::add.Tensor", {g, x}, {64, 128});
+  auto r = b.op("aten::relu", {a}, {64, 128});
+  Program p = planned({r});
+  EXPECT_EQ(p.ops[disc::testing::index_of(p, g)].group, -1);
+  ASSERT_EQ(p.groups.size(), 2u);
+  EXPECT_EQ(p.groups[1].ops.size(), 2u);
+  EXPECT_EQ(p.plan.kernels.size(), 1u);
+  EXPECT_TRUE(p.plan.declined.empty());
+}

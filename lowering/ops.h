@@ -1,0 +1,42 @@
+// What the compiler knows about each traced op, from one table (ops.def):
+// its class, which decides how shape constraints relate its dims and which
+// fusion it can join, and whether generated kernels compute it. Passes and
+// codegen name ops by their Op id, never by string.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace disc::lowering {
+
+enum class OpClass : uint8_t {
+  kData,         // a graph parameter
+  kElementwise,  // pointwise with broadcasting (add, mul, relu, where, ...)
+  kBroadcast,    // views that only add or repeat dims (expand, unsqueeze)
+  kReduction,    // sum / mean / amax over some dims
+  kStitch,       // reduction -> elementwise -> reduction in one op (softmax, layer norm)
+  kLibrary,      // GEMM and convolution: library calls (oneDNN / cuBLAS)
+  kLayout,       // data movement the codegen treats as its own kernel (transpose, reshape)
+  kOpaque,       // anything else: run by the reference kernel
+};
+std::string_view op_class_name(OpClass c);
+
+enum class Op : uint16_t {
+  kOther,  // in no row of ops.def (opaque), or a graph parameter
+#define DISC_OP(id, name, cls, codegen) id,
+#include "lowering/ops.def"
+#undef DISC_OP
+};
+
+struct OpInfo {
+  Op op = Op::kOther;
+  OpClass cls = OpClass::kOpaque;
+  bool codegen = false;  // generated kernels compute it (ops.def's kEmit)
+};
+
+// The row of interned op `op` (ir::intern_op); ops in no row are opaque
+// (parameters: kData), and no kernel computes them.
+const OpInfo& op_info(uint32_t op);
+inline Op op_of(uint32_t op) { return op_info(op).op; }
+inline OpClass classify(uint32_t op) { return op_info(op).cls; }
+
+}  // namespace disc::lowering
