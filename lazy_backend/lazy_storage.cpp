@@ -177,11 +177,6 @@ ir::Value read_value(const at::Tensor& t) {
   return lazy_storage_of(t).read(t);
 }
 
-void write_value(const at::Tensor& t, ir::Value v) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  lazy_storage_of(t).write(t, std::move(v));
-}
-
 namespace {
 
 void delete_storage(void* ctx) { delete static_cast<LazyStorage*>(ctx); }

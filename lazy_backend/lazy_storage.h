@@ -84,9 +84,8 @@ bool is_disc(const at::Tensor& t);
 // Gives a disc tensor new (contiguous) sizes, growing its storage if needed:
 // resize_, and out= ops that resize their output. Equal sizes keep strides.
 void resize_disc(const at::Tensor& t, at::IntArrayRef sizes);
-// Reads / writes a disc tensor's value (takes trace_mutex()).
+// Reads a disc tensor's value (takes trace_mutex()).
 ir::Value read_value(const at::Tensor& t);
-void write_value(const at::Tensor& t, ir::Value v);
 
 // One lock for trace state: tracing threads and the sync never interleave.
 std::recursive_mutex& trace_mutex();

@@ -20,9 +20,4 @@ std::string_view dtype_name(DType t) {
   return "?";
 }
 
-bool is_floating(DType t) {
-  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 ||
-         t == DType::kFloat64;
-}
-
 }  // namespace disc::ir

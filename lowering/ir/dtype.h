@@ -12,6 +12,5 @@ enum class DType : uint8_t {
 };
 
 std::string_view dtype_name(DType t);
-bool is_floating(DType t);
 
 }  // namespace disc::ir
