@@ -6,18 +6,18 @@
 
 #include <cstring>
 
-#include "lazy_backend/host_cache.h"
-#include "lazy_backend/prepack.h"
-#include "lowering/pipeline.h"
-#include "lazy_backend/capture.h"
-#include "lazy_backend/lazy_storage.h"
+#include "lazy_backend/device/rng.h"
+#include "lazy_backend/exec/executor.h"
+#include "lazy_backend/exec/host_cache.h"
+#include "lazy_backend/exec/prepack.h"
 #include "lazy_backend/metrics.h"
-#include "lazy_backend/rng.h"
-#include "lazy_backend/compile_cache.h"
-#include "lazy_backend/executor.h"
-#include "lazy_backend/graph_worker.h"
-#include "lazy_backend/sync.h"
+#include "lazy_backend/sync/compile_cache.h"
+#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/sync/sync.h"
+#include "lazy_backend/trace/capture.h"
+#include "lazy_backend/trace/lazy_storage.h"
 #include "lowering/ir/graph.h"
+#include "lowering/pipeline.h"
 #include "runtime/options.h"
 
 namespace py = pybind11;

@@ -47,10 +47,10 @@ struct Graph {
   std::vector<GraphRef> outputs;  // one per requested root, deduplicated
   std::vector<int64_t> dims;      // every size and symbolic attr value, in walk order
   std::vector<int32_t> pattern;   // dims as literals or symbols (>= kFirstSymbol)
-  // Per parameter: its buffer is still the data of something outside this
-  // graph (a storage that this sync does not rebind), so it must not be
-  // written in place. Filled by the sync; empty means "all pinned".
-  std::vector<uint8_t> pinned_params;
+  // Per parameter: read-only, its buffer stays the data of something outside
+  // this graph (a storage that this sync does not rebind), so it is never
+  // written in place. Filled by the sync; empty means "all read-only".
+  std::vector<uint8_t> read_only_params;
   uint64_t structure_hash = 0;    // ops, attributes, dtypes, ranks, edges
   uint64_t hash = 0;              // structure_hash + pattern: the cache key
 

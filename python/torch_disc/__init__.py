@@ -23,7 +23,7 @@ from . import _C  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402
-from ._autograd import install as _install_autograd  # noqa: E402
+from .autograd import install as _install_autograd  # noqa: E402
 from ._optimizer_hook import install as _install_optimizer_hook  # noqa: E402
 from ._printing import install as _install_printing  # noqa: E402
 

@@ -18,8 +18,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "tools/opt_driver.h"
 #include "runtime/options.h"
+#include "tools/opt_driver.h"
 
 namespace fs = std::filesystem;
 

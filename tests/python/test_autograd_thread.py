@@ -1,5 +1,5 @@
 """Backward passes rooted at disc tensors run on the calling thread
-(python/torch_disc/_autograd.py), not on autograd's device worker thread."""
+(autograd/calling_thread.py), not on autograd's device worker thread."""
 import threading
 
 import pytest

@@ -1,0 +1,71 @@
+// Registers the disc device with c10/ATen: one device (disc:0), a device
+// guard, the allocator of lazy storages, and the PrivateUse1 hooks.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "lazy_backend/device/rng.h"
+#include "lazy_backend/exec/host_cache.h"
+#include "lazy_backend/trace/lazy_storage.h"
+
+namespace disc {
+
+namespace {
+
+constexpr c10::DeviceType kDisc = c10::DeviceType::PrivateUse1;
+
+// One device, no streams: everything runs at syncs, in order.
+struct DiscGuardImpl final : c10::impl::NoOpDeviceGuardImpl<kDisc> {
+  c10::Device exchangeDevice(c10::Device) const override { return {kDisc, 0}; }
+  c10::Device getDevice() const override { return {kDisc, 0}; }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.index() <= 0, "disc: device ", d, " does not exist (only disc:0)");
+  }
+  c10::Stream getStream(c10::Device) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, {kDisc, 0});
+  }
+  c10::Stream exchangeStream(c10::Stream) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, {kDisc, 0});
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+};
+
+struct DiscHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return default_disc_generator();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex) const override {
+    return default_disc_generator().clone();
+  }
+  at::Device getDeviceFromPtr(void*) const override { return {kDisc, 0}; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  void setCurrentDevice(c10::DeviceIndex d) const override {
+    TORCH_CHECK(d == 0, "disc: device disc:", static_cast<int>(d), " does not exist");
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex) const override { return 0; }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return 0; }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* s = static_cast<LazyStorage*>(storage.data_ptr().get_context());
+    TORCH_CHECK(s, "disc: storage without a lazy buffer");
+    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    TORCH_CHECK(newsize >= s->nbytes(), "disc: shrinking a storage is not supported");
+    s->grow(newsize);
+    storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, DiscGuardImpl);
+
+const bool registered = [] {
+  c10::SetAllocator(kDisc, disc_allocator());
+  install_host_cache();
+  at::RegisterPrivateUse1HooksInterface(new DiscHooks());  // lives for the process
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace disc

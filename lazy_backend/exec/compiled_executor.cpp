@@ -1,0 +1,323 @@
+// The compiled executor: interprets the execution plan the compiler's plan
+// passes made (lowering/plan.h) and decides nothing itself. Each planned
+// kernel is emitted (lowering/codegen) and JIT-compiled (MLIR -> LLVM) once,
+// and launched parallel over dim 0 on ATen's thread pool; library calls run
+// on oneDNN (library_calls.h, conv_calls.h, gemm_merge_exec.h); every other
+// op runs its ATen CPU kernel, as in the reference executor. Kernels are
+// shape-generic: sizes and strides are passed at each launch.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "lazy_backend/exec/conv_calls.h"
+#include "lazy_backend/exec/executor.h"
+#include "lazy_backend/exec/gemm_merge_exec.h"
+#include "lazy_backend/exec/host_cache.h"
+#include "lazy_backend/exec/kernel_launch.h"
+#include "lazy_backend/exec/library_calls.h"
+#include "lazy_backend/exec/replay.h"
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/persistent_cache.h"
+#include "lazy_backend/trace/tensor_data.h"
+#include "lowering/codegen/fused_kernel.h"
+#include "runtime/mlir_jit.h"
+#include "runtime/options.h"
+
+namespace disc {
+
+namespace {
+
+using lowering::Program;
+
+struct Kernel {
+  lowering::FusedKernel spec;
+  std::shared_ptr<runtime::JitModule> jit;  // owns the code behind `fn`
+  runtime::PackedFn fn;                     // resolved once, not per launch
+};
+
+// JIT modules by kernel text: a kernel is compiled once per process, however
+// many graphs contain it (an LLVM -O3 compile costs tens of milliseconds),
+// and once per machine when the persistent cache is on.
+std::shared_ptr<runtime::JitModule> jit_compile(const std::string& mlir, std::string* llvm_ir) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<runtime::JitModule>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(mlir);
+  if (it != cache.end() && !llvm_ir) {
+    metrics::bump("kernel_cache_hits");
+    return it->second;
+  }
+  if (!llvm_ir) {  // a dump wants the LLVM IR, which only a compile makes
+    if (std::shared_ptr<runtime::JitModule> jit = load_kernel(mlir)) return cache[mlir] = jit;
+  }
+  std::string object;
+  std::shared_ptr<runtime::JitModule> jit =
+      runtime::JitModule::compile(mlir, llvm_ir, persistent_cache_enabled() ? &object : nullptr);
+  store_kernel(mlir, object);
+  cache[mlir] = jit;
+  metrics::bump("kernels_jitted");
+  return jit;
+}
+
+void dump_kernel(const ir::Graph& g, const lowering::FusedKernel& k, const std::string& llvm_ir) {
+  const std::string dir = options::text(options::Id::kDumpIr);
+  if (dir.empty()) return;
+  std::ostringstream base;
+  static std::atomic<int> counter{0};
+  base << dir << "/" << std::hex << g.hash << std::dec << "." << k.name << counter++;
+  std::ofstream(base.str() + ".mlir") << k.mlir;
+  std::ofstream(base.str() + ".ll") << llvm_ir;
+}
+
+// The code of each kernel the plan names, JIT-compiled.
+std::vector<Kernel> compile_kernels(const ir::Graph& g, const Program& program) {
+  std::vector<Kernel> kernels;
+  const bool dumping = !options::text(options::Id::kDumpIr).empty();
+  for (const lowering::KernelInterface& planned : program.plan.kernels) {
+    std::string why;
+    std::optional<lowering::FusedKernel> spec = lowering::emit_fused_kernel(program, planned.group, &why);
+    TORCH_INTERNAL_ASSERT(spec, "disc: planned kernel of group ", planned.group, " was not emitted: ", why);
+    std::string llvm_ir;
+    auto jit = jit_compile(spec->mlir, dumping ? &llvm_ir : nullptr);
+    dump_kernel(g, *spec, llvm_ir);
+    runtime::PackedFn fn = jit->lookup(spec->name);
+    kernels.push_back({std::move(*spec), std::move(jit), fn});
+  }
+  metrics::bump("kernels_compiled", static_cast<int64_t>(kernels.size()));
+  return kernels;
+}
+
+// Runs a compiled graph by interpreting its execution plan (lowering/plan.h).
+class CompiledExecutable final : public Executable {
+ public:
+  CompiledExecutable(const ir::Graph& g, const Program& program)
+      : program_(program), plan_(program_.plan), kernels_(compile_kernels(g, program_)) {
+    for (const lowering::Step& s : plan_.steps)
+      replay_ops_.push_back(s.kind == lowering::Step::Kind::kOp || s.kind == lowering::Step::Kind::kLibrary
+                                ? std::optional(resolve_op(program_.ops[s.op].node->op))
+                                : std::nullopt);
+  }
+
+  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish) override {
+    ExecutorAllocations from_host_cache;  // host_cache.h: no heap churn per step
+    std::vector<std::vector<at::Tensor>> values(g.nodes.size());
+    RunCounts n;
+    const size_t n_steps = plan_.steps.size();
+    for (size_t s = 0; s < n_steps; ++s) {
+      if (profile_) run_step_timed(s, g, values, n);
+      else run_step(s, g, values, n);
+      const lowering::Step& step = plan_.steps[s];
+      if (publish && !step.publish.empty()) {
+        for (uint32_t o : step.publish) {
+          const ir::GraphRef& r = program_.outputs[o];
+          publish(o, values[r.node][r.index]);
+        }
+        if (s + 1 < n_steps) n.early += static_cast<int64_t>(step.publish.size());
+      }
+      // Values no later step reads are dropped now, so the allocator reuses
+      // their memory for the next ones.
+      for (const ir::GraphRef& r : step.release) {
+        at::Tensor& t = values[r.node][r.index];
+        n.released += t.defined();
+        t = at::Tensor();
+      }
+    }
+    n.file();
+    std::vector<at::Tensor> out;
+    for (const ir::GraphRef& r : program_.outputs) out.push_back(values[r.node][r.index]);
+    return out;
+  }
+
+ private:
+  // What one run did, counted locally and filed in the metrics once.
+  struct RunCounts {
+    int64_t fused = 0, aten = 0, parallel_parts = 0, released = 0;
+    int64_t early = 0;  // outputs published before the last step
+    void file() const {
+      static metrics::Named launched("kernels_launched"), n_fused("launches.fused"),
+          n_aten("launches.aten"), parts("launches.parallel_parts"),
+          n_released("buffers.released_early"), n_early("async.early_outputs");
+      launched += fused + aten;
+      n_fused += fused;
+      n_aten += aten;
+      // How many threads shared the launches: pinned by a test, since a
+      // build without OpenMP runs every kernel serially and is otherwise
+      // only slow.
+      parts += parallel_parts;
+      n_released += released;
+      n_early += early;
+    }
+  };
+
+  // DISC_PROFILE=1: the step's wall time, filed under its label.
+  void run_step_timed(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
+                      RunCounts& n) {
+    const auto start = std::chrono::steady_clock::now();
+    run_step(s, g, values, n);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start).count();
+    const std::string label = "profile." + step_label(s, g);
+    metrics::bump(label + "_ns", ns);
+    metrics::bump(label + ".calls");
+  }
+
+  // The generated kernel's name (its fusion kind and first op), or the op
+  // and how it ran.
+  std::string step_label(size_t s, const ir::Graph& g) const {
+    const lowering::Step& step = plan_.steps[s];
+    if (step.kind == lowering::Step::Kind::kKernel) return "fused." + kernels_[step.kernel].spec.name;
+    const char* how = step.kind == lowering::Step::Kind::kParam       ? "param."
+                      : step.kind == lowering::Step::Kind::kGemmGroup ? "gemm_group."
+                      : step.kind == lowering::Step::Kind::kLibrary   ? "library."
+                                                                      : "aten.";
+    return how + ir::op_name(g.nodes[step.op].node->op);
+  }
+
+  void run_step(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
+                RunCounts& n) {
+    const lowering::Step& step = plan_.steps[s];
+    const uint32_t i = step.op;
+    switch (step.kind) {
+      case lowering::Step::Kind::kKernel: {
+        const Kernel& k = kernels_[step.kernel];
+        n.parallel_parts += launch_fused_kernel(k.spec, k.fn, g, values, reusable_buffers(step, g, values));
+        ++n.fused;
+        return;
+      }
+      case lowering::Step::Kind::kParam:
+        values[i] = {param_tensor(*g.nodes[i].node)};
+        return;
+      case lowering::Step::Kind::kGemmGroup:  // merged GEMMs: one call for all members
+        run_gemm_group(program_, program_.ops[i].gemm_group, g, values);
+        return;
+      case lowering::Step::Kind::kLibrary:  // GEMMs on oneDNN, epilogues, convolutions
+        values[i] = run_library_call(*plan_.library[i], *g.nodes[i].node, inputs_of(i, values),
+                                     *replay_ops_[s], &g);
+        break;
+      case lowering::Step::Kind::kOp: {
+        std::vector<at::Tensor> ins = inputs_of(i, values);
+        if (plan_.layouts.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
+        std::vector<bool> in_place;
+        if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins);
+        values[i] = replay(*replay_ops_[s], *g.nodes[i].node, std::move(ins),
+                           in_place.empty() ? nullptr : &in_place);
+        ++n.aten;
+        break;
+      }
+    }
+    // NHWC from a convolution, read as NCHW next.
+    if (!plan_.layouts.to_nchw[i].empty()) make_nchw(values[i], plan_.layouts.to_nchw[i]);
+  }
+
+  std::vector<at::Tensor> inputs_of(uint32_t i, const std::vector<std::vector<at::Tensor>>& values) const {
+    std::vector<at::Tensor> ins;
+    for (const ir::GraphRef& r : program_.ops[i].inputs) ins.push_back(values[r.node][r.index]);
+    return ins;
+  }
+
+  // The planned in-place writes that are safe in this run: the buffer is not
+  // shared with another tensor (a view, a CPU tensor the user holds) and, for
+  // a parameter, not still the data of a storage this sync keeps.
+  std::vector<bool> writable_in_place(const lowering::Step& step, const ir::Graph& g,
+                                      const std::vector<at::Tensor>& ins) const {
+    const lowering::ProgramOp& op = program_.ops[step.op];
+    std::vector<bool> ok = step.last_read;
+    for (size_t j = 0; j < ok.size(); ++j) {
+      if (!ok[j]) continue;
+      const uint32_t m = g.nodes[step.op].node->mutated[j];  // program_ nodes are gone
+      ok[j] = sole_buffer(g, op.inputs[m].node, ins[m], 2);  // values[] and `ins`
+      static metrics::Named writes("inplace.writes"), copies("inplace.copies");
+      ++(ok[j] ? writes : copies);
+    }
+    return ok;
+  }
+
+  // Whether value `t` of node `node` is the only user of its buffer: it has
+  // `handles` references (the executor's own, plus a parameter's data node)
+  // and no other tensor shares its storage (a view, a CPU tensor the user
+  // holds), and a parameter is not still the data of a storage this sync
+  // keeps. Its buffer can then be overwritten once its last reader has it.
+  static bool sole_buffer(const ir::Graph& g, uint32_t node, const at::Tensor& t, size_t handles) {
+    const ir::GraphNode& producer = g.nodes[node];
+    const bool param = producer.param >= 0;
+    if (param && (g.read_only_params.empty() || g.read_only_params[producer.param])) return false;
+    return t.defined() && t.has_storage() && t.storage().use_count() == 1 &&
+           static_cast<size_t>(t.use_count()) == handles + (param ? 1 : 0) &&
+           !t.unsafeGetTensorImpl()->is_wrapped_number();
+  }
+
+  // The buffers kernel step `step` writes its outputs into (kernel_launch.h):
+  // for each element-wise output, an input the step reads last, of the
+  // output's sizes, contiguous float32 and the sole user of its buffer.
+  // The rest are allocated. An SGD update of a [256, 784] weight in its own
+  // buffers instead of fresh ones: 133 -> 75 us, and no second copy of the
+  // parameters and their state.
+  std::vector<at::Tensor> reusable_buffers(const lowering::Step& step, const ir::Graph& g,
+                                           const std::vector<std::vector<at::Tensor>>& values) const {
+    const std::vector<bool>& last = step.last_read;
+    if (last.empty()) return {};
+    const lowering::FusedKernel& k = kernels_[step.kernel].spec;
+    std::vector<at::Tensor> into(k.outputs.size());
+    std::vector<bool> taken(k.inputs.size(), false);
+    static metrics::Named reused("inplace.kernel_outputs");
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      const lowering::KernelOutput& o = k.outputs[j];
+      if (o.extent != lowering::KernelOutput::Extent::kElements) continue;
+      const c10::IntArrayRef sizes = g.nodes[o.op].node->outputs[o.index].sizes;
+      for (size_t i = 0; i < k.inputs.size(); ++i) {
+        if (taken[i] || !last[i]) continue;
+        const ir::GraphRef r = k.inputs[i];
+        const at::Tensor& t = values[r.node][r.index];
+        if (!t.defined() || t.scalar_type() != at::kFloat || t.sizes() != sizes ||
+            !t.is_contiguous() || !sole_buffer(g, r.node, t, 1))
+          continue;
+        into[j] = t;
+        taken[i] = true;
+        ++reused;
+        break;
+      }
+    }
+    return into;
+  }
+
+  const bool profile_ = options::flag(options::Id::kProfile);
+  Program program_;  // its node pointers die with the first graph: read nodes from `g`
+  const lowering::ExecutionPlan& plan_;
+  std::vector<Kernel> kernels_;  // per plan kernel
+  std::vector<std::optional<c10::OperatorHandle>> replay_ops_;  // per step: its ATen op
+};
+
+class CompiledExecutor final : public Executor {
+ public:
+  const char* name() const override { return "compiled"; }
+  std::unique_ptr<Executable> compile(const ir::Graph& g, const Program* plan) override {
+    if (!plan) return reference_executor().compile(g, nullptr);
+    try {
+      if (fault_injected("codegen")) throw std::runtime_error("DISC_INJECT_FAULT=codegen");
+      return std::make_unique<CompiledExecutable>(g, *plan);
+    } catch (const std::exception& e) {
+      // Same results, slower: counted and said once.
+      metrics::bump("compile_failures");
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        TORCH_WARN("disc: codegen failed, graph runs on the reference executor: ", e.what());
+      });
+      return reference_executor().compile(g, nullptr);
+    }
+  }
+};
+
+}  // namespace
+
+Executor& compiled_executor() {
+  static CompiledExecutor e;
+  return e;
+}
+
+}  // namespace disc

@@ -1,0 +1,158 @@
+#include "lazy_backend/exec/host_cache.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "lazy_backend/metrics.h"
+#include "runtime/options.h"
+
+namespace disc {
+
+namespace {
+
+constexpr size_t kMinCached = 16 << 10;  // malloc's own bins serve smaller ones well
+constexpr size_t kAlignment = 64;        // a cache line, as ATen's CPU allocator gives
+
+thread_local bool t_active = false;
+
+// Sizes round up to one of 8 classes per power of two (at most 12.5% unused),
+// so a block freed by one step fits the same request in the next even when
+// a batch size changes a little.
+size_t size_class(size_t n) {
+  const size_t power = size_t{1} << (63 - __builtin_clzll(n));
+  const size_t step = power / 8;
+  return (n + step - 1) / step * step;
+}
+
+int64_t idle_cap_bytes() {
+  static const int64_t cap = options::integer(options::Id::kHostCacheMb) << 20;
+  return cap;
+}
+
+void give_back(void* p);
+
+class HostCache final : public c10::Allocator {
+ public:
+  explicit HostCache(c10::Allocator* next) : next_(next) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    if (!t_active || n < kMinCached || idle_cap_bytes() == 0) return next_->allocate(n);
+    const size_t size = size_class(n);
+    void* p = take(size);
+    static metrics::Named hits("host_cache.hits"), misses("host_cache.misses");
+    ++(p ? hits : misses);
+    if (!p) p = fresh(size);
+    // Out of memory even without the idle blocks: the previous allocator
+    // raises its own error (ATen's "can't allocate memory: you tried to
+    // allocate N bytes"), the one users and tests know.
+    if (!p) return next_->allocate(n);
+    return {p, p, &give_back, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  // raw_allocate() pairs this with allocate(): blocks from either source.
+  c10::DeleterFnPtr raw_deleter() const override { return &give_back; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+  void put(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(p);
+      if (it != live_.end()) {
+        const size_t size = it->second;
+        live_.erase(it);
+        in_use_ -= size;
+        if (idle_ + static_cast<int64_t>(size) <= idle_cap_bytes()) {
+          idle_blocks_[size].push_back(p);
+          idle_ += size;
+          return;
+        }
+        std::free(p);  // over the cap: the block goes back to the system
+        return;
+      }
+    }
+    next_->raw_deleter()(p);  // not ours: the previous allocator's block
+  }
+
+  HostCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    HostCacheStats s;
+    s.idle_bytes = idle_;
+    s.in_use_bytes = in_use_;
+    for (const auto& [size, blocks] : idle_blocks_) s.idle_blocks += blocks.size();
+    return s;
+  }
+
+  int64_t release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t freed = idle_;
+    for (auto& [size, blocks] : idle_blocks_)
+      for (void* p : blocks) std::free(p);
+    idle_blocks_.clear();
+    idle_ = 0;
+    return freed;
+  }
+
+ private:
+  void* take(size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_blocks_.find(size);
+    if (it == idle_blocks_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    idle_ -= size;
+    live_[p] = size;
+    in_use_ += size;
+    return p;
+  }
+
+  void* fresh(size_t size) {
+    void* p = std::aligned_alloc(kAlignment, size);
+    if (!p) {  // idle blocks of other sizes may be what stands in the way
+      release();
+      p = std::aligned_alloc(kAlignment, size);
+    }
+    if (!p) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[p] = size;
+    in_use_ += size;
+    return p;
+  }
+
+  c10::Allocator* next_;
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> idle_blocks_;  // by size class
+  std::unordered_map<void*, size_t> live_;                      // handed out: its class
+  int64_t idle_ = 0, in_use_ = 0;
+};
+
+// Never destroyed: tensors freed during interpreter shutdown still call in.
+HostCache* g_cache = nullptr;
+
+void give_back(void* p) { g_cache->put(p); }
+
+}  // namespace
+
+void install_host_cache() {
+  if (g_cache) return;
+  g_cache = new HostCache(c10::GetCPUAllocator());
+  c10::SetCPUAllocator(g_cache, /*priority=*/1);
+}
+
+ExecutorAllocations::ExecutorAllocations() : previous_(t_active) { t_active = true; }
+ExecutorAllocations::~ExecutorAllocations() { t_active = previous_; }
+
+HostCacheStats host_cache_stats() { return g_cache ? g_cache->stats() : HostCacheStats{}; }
+
+int64_t empty_host_cache() { return g_cache ? g_cache->release() : 0; }
+
+}  // namespace disc

@@ -1,0 +1,246 @@
+#include "lazy_backend/exec/replay.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/InferSize.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/trace/attr_ivalue.h"
+#include "lazy_backend/trace/tensor_data.h"
+#include "lowering/ops.h"
+
+#include <mutex>
+#include <optional>
+
+namespace disc {
+
+c10::OperatorHandle resolve_op(uint32_t op) {
+  const std::string& full = ir::op_name(op);
+  // "aten::name.overload": the overload follows the first '.' after "::".
+  size_t ns = full.find("::");
+  size_t dot = full.find('.', ns == std::string::npos ? 0 : ns + 2);
+  std::string name = dot == std::string::npos ? full : full.substr(0, dot);
+  std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK(handle.has_value(), "disc: unknown operator ", full);
+  return *handle;
+}
+
+at::Tensor param_tensor(const ir::Node& n) {
+  const at::Tensor* t = data_of(n);
+  TORCH_INTERNAL_ASSERT(t, "disc: parameter without data");
+  return *t;
+}
+
+namespace {
+
+// as_strided indexes the storage, not the tensor: give it a fresh,
+// contiguous buffer that starts at offset 0 so storage == logical order.
+bool needs_flat_storage(uint32_t op) {
+  const lowering::Op o = lowering::op_of(op);
+  return o == lowering::Op::kAsStrided || o == lowering::Op::kAsStridedScatter;
+}
+
+// The seed of a random node: the disc generator's (seed, offset) when it was
+// traced, mixed into one number.
+uint64_t node_seed(const ir::Node& n) {
+  const uint64_t seed = static_cast<uint64_t>(n.runtime[n.rng_runtime].i);
+  const uint64_t offset = static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i);
+  return seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
+}
+
+// Random nodes draw from a CPU generator seeded from the (seed, offset) of
+// the disc generator they were traced with, so a node's numbers depend on
+// nothing else. An op with a generator argument gets a generator of its own:
+// replay on the graph worker then never touches the process's CPU
+// generator, which the host may be using. True when it did.
+bool seed_generator_arguments(const c10::OperatorHandle& op, const ir::Node& n,
+                              torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  bool seeded = false;
+  for (size_t a = 0; a < args.size() && a < stack.size(); ++a) {
+    c10::TypePtr t = args[a].type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (t->kind() != c10::TypeKind::GeneratorType) continue;
+    stack[a] = at::detail::createCPUGenerator(node_seed(n));
+    seeded = true;
+  }
+  return seeded;
+}
+
+// native_dropout has no generator argument, so ATen's kernel would draw from
+// the process's CPU generator, which the host may be using at the same
+// moment. This is ATen's CPU kernel step for step (the same mask dtype,
+// the same `input * mask * scale`, the same answers for an empty input
+// and for eval), with the node's own generator; it takes the boxed
+// arguments (input, p, train) and leaves the results (output, mask).
+void native_dropout(const ir::Node& n, torch::jit::Stack& stack) {
+  const at::Tensor input = stack.at(0).toTensor();
+  const double p = stack.at(1).toDouble();
+  const bool train = stack.at(2).isNone() || stack.at(2).toBool();
+  at::Tensor output, mask;
+  if (input.numel() == 0) {
+    output = input, mask = at::empty_like(input);
+  } else if (!train) {
+    output = input.clone(), mask = at::ones_like(input, input.options().dtype(at::kBool));
+  } else {
+    const double kept = 1. - p;
+    const double scale = kept == 0 ? 0. : 1. / kept;
+    mask = at::empty_like(input, input.options().dtype(at::kBool));
+    mask.bernoulli_(kept, at::detail::createCPUGenerator(node_seed(n)));
+    output = input.mul(mask).mul_(scale);
+  }
+  stack = {output, mask};
+}
+
+// Any other random op without a generator argument draws from the process's
+// CPU generator, reseeded for the op and restored after it (counted:
+// `replay.global_generator`; a host drawing CPU random numbers at the same
+// moment would see the swap).
+class SeededCpuGenerator {
+ public:
+  explicit SeededCpuGenerator(uint64_t seed)
+      : lock_(mutex()), gen_(at::detail::getDefaultCPUGenerator()) {
+    static metrics::Named swaps("replay.global_generator");
+    ++swaps;
+    std::lock_guard<std::mutex> g(gen_.mutex());
+    saved_ = gen_.get_state();
+    gen_.set_current_seed(seed);
+  }
+  ~SeededCpuGenerator() {
+    std::lock_guard<std::mutex> g(gen_.mutex());
+    gen_.set_state(saved_);
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex mu;
+    return mu;
+  }
+  std::lock_guard<std::mutex> lock_;
+  at::Generator gen_;
+  at::Tensor saved_;
+};
+
+// transpose.int, and reshape / view of a contiguous tensor, made here as a
+// view of the input's storage: the boxed call through the dispatcher cost
+// ~1.3-4 us per view, and an MLP training step has eleven. nullopt: not
+// one of those (or a reshape that must copy); replay the op.
+std::optional<at::Tensor> plain_view(const ir::Node& n, const at::Tensor& in) {
+  using lowering::Op;
+  const Op kind = lowering::op_of(n.op);
+  if (kind != Op::kTranspose && kind != Op::kReshape && kind != Op::kView) return std::nullopt;
+  if (!in.defined() || !in.has_storage() || in.is_mkldnn() || in.is_sparse()) return std::nullopt;
+  std::vector<int64_t> sizes = in.sizes().vec(), strides = in.strides().vec();
+  if (kind == Op::kTranspose) {
+    const ir::Attr *a = n.attr_operand(1), *b = n.attr_operand(2);
+    if (!a || !b || a->kind != ir::Attr::Kind::kInt || b->kind != ir::Attr::Kind::kInt) return std::nullopt;
+    if (in.dim() == 0) return std::nullopt;  // transpose(0, 0) of a scalar: ATen's answer
+    const int64_t d0 = c10::maybe_wrap_dim(a->i, in.dim()), d1 = c10::maybe_wrap_dim(b->i, in.dim());
+    std::swap(sizes[d0], sizes[d1]);
+    std::swap(strides[d0], strides[d1]);
+  } else {
+    const ir::Attr* shape = n.attr_operand(1);
+    if (!shape || shape->kind != ir::Attr::Kind::kIntList || !in.is_contiguous()) return std::nullopt;
+    const c10::DimVector shaped = at::infer_size_dv(shape->ints, in.numel());  // resolves a -1
+    sizes.assign(shaped.begin(), shaped.end());
+    const c10::DimVector contiguous = c10::contiguous_strides(sizes);
+    strides.assign(contiguous.begin(), contiguous.end());
+  }
+  at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(in.storage()), in.key_set(), in.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, in.storage_offset());
+  // One version counter with the input, as views have: a write through
+  // either is a write to both (prepacked weights are keyed by it).
+  if (!in.is_inference())
+    out.unsafeGetTensorImpl()->set_version_counter(in.unsafeGetTensorImpl()->version_counter());
+  return out;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
+                               std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
+  if (ins.size() == 1 && n.outputs.size() == 1)
+    if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
+  if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
+    ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
+  for (size_t j = 0; j < n.mutated.size(); ++j) {
+    if (!in_place || !(*in_place)[j]) {
+      ins[n.mutated[j]] = ins[n.mutated[j]].clone();
+    } else {
+      // Below ADInplaceOrView nothing bumps the version: do it, so caches
+      // keyed by (buffer, version) -- packed weights -- see the write.
+      c10::TensorImpl* impl = ins[n.mutated[j]].unsafeGetTensorImpl();
+      if (!impl->is_inference()) impl->bump_version();
+    }
+  }
+
+  torch::jit::Stack stack;
+  stack.reserve(n.operands.size());
+  for (const ir::Operand& o : n.operands) {
+    switch (o.kind) {
+      case ir::Operand::Kind::kTensor:
+        stack.emplace_back(ins[o.first]);
+        break;
+      case ir::Operand::Kind::kTensorList:
+        stack.emplace_back(std::vector<at::Tensor>(ins.begin() + o.first,
+                                                   ins.begin() + o.first + o.count));
+        break;
+      case ir::Operand::Kind::kOptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> l;
+        uint32_t next = o.first;
+        for (int64_t present : n.attrs[o.mask].ints)
+          l.push_back(present ? std::optional<at::Tensor>(ins[next++]) : std::nullopt);
+        stack.emplace_back(std::move(l));
+        break;
+      }
+      case ir::Operand::Kind::kAttr:
+        stack.push_back(to_ivalue(n.attrs[o.first]));
+        break;
+      case ir::Operand::Kind::kRuntime:
+        stack.push_back(to_ivalue(n.runtime[o.first]));
+        break;
+      case ir::Operand::Kind::kRuntimeList: {
+        std::vector<at::Scalar> l;
+        for (uint32_t k = 0; k < o.count; ++k) l.push_back(to_ivalue(n.runtime[o.first + k]).toScalar());
+        stack.emplace_back(l);
+        break;
+      }
+    }
+  }
+  {
+    // Values never require grad here; skip the autograd layers.
+    at::AutoDispatchBelowADInplaceOrView guard;
+    if (n.rng_runtime < 0 || seed_generator_arguments(op, n, stack)) {
+      op.callBoxed(&stack);
+    } else if (lowering::op_of(n.op) == lowering::Op::kNativeDropout) {
+      native_dropout(n, stack);
+    } else {
+      SeededCpuGenerator global(node_seed(n));
+      op.callBoxed(&stack);
+    }
+  }
+
+  std::vector<at::Tensor> outs;
+  outs.reserve(n.outputs.size());
+  const auto& returns = op.schema().returns();
+  for (size_t r = 0; r < returns.size() && r < stack.size(); ++r) {
+    const auto* alias = returns[r].alias_info();
+    if (alias && alias->isWrite()) continue;  // the mutated input, added below
+    const c10::IValue& v = stack[r];
+    if (v.isTensor()) {
+      outs.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) outs.push_back(t);
+    }
+  }
+  for (uint32_t m : n.mutated) outs.push_back(ins[m]);
+  TORCH_INTERNAL_ASSERT(outs.size() == n.outputs.size(), "disc: ", ir::op_name(n.op),
+                        " replay gave ", outs.size(), " outputs, expected ",
+                        n.outputs.size());
+  return outs;
+}
+
+}  // namespace disc

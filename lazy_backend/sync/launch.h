@@ -1,0 +1,26 @@
+// Launching a sync's graph and settling it: its results become future data
+// leaves bound at once, the graph runs on the graph worker (or inline with
+// DISC_ASYNC=0), each result is delivered as soon as it is final, and a
+// graph that failed is recovered part by part after the fact (recover()).
+#pragma once
+#include <exception>
+#include <memory>
+
+#include "lazy_backend/exec/executor.h"
+#include "lazy_backend/sync/pending.h"
+
+namespace disc {
+
+// Hands the pending graph over. Returns the inline run's error, after
+// recovering it (nullptr when it runs on the worker).
+std::exception_ptr launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe);
+
+// Whether a launch handed over before the newest one failed; forgets those
+// that succeeded. Waits until the worker has room (at most the newest runs).
+bool older_launch_failed();
+
+// Waits for the launches in flight; recovers those that failed, oldest
+// first, and returns the first error.
+std::exception_ptr settle();
+
+}  // namespace disc

@@ -1,0 +1,99 @@
+// The sync, after torch_xla's SyncTensorsGraph: collect -> build and hash
+// -> look up or compile -> settle earlier graphs if one failed -> launch
+// (bind future results, run on the graph worker). Each step is one call:
+// pending.h has the first three, launch.h the hand-over and recovery.
+#include "lazy_backend/sync/sync.h"
+
+#include <cstdio>
+
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/compile_cache.h"
+#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/sync/launch.h"
+#include "lazy_backend/sync/pending.h"
+#include "runtime/options.h"
+
+namespace disc {
+
+namespace {
+
+std::function<std::string()>& location_provider() {
+  static std::function<std::string()> f;
+  return f;
+}
+
+bool debug_sync() { return options::flag(options::Id::kDebugSync); }
+bool debug_compile() { return options::flag(options::Id::kDebugCompile); }
+
+// Runs the pending graph, under the trace lock it takes; true when it had to
+// be compiled. The graph is built and compiled while earlier ones may still
+// run; an earlier one's failure is raised here (older_launch_failed), after
+// this sync has done its own work.
+bool run_pending(const std::string& cause, const std::string& where) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  metrics::counters().syncs++;
+  metrics::bump("sync." + cause);
+  const int64_t misses_before = metrics::counters().cache_misses;
+  Pending pending = collect_pending();
+  std::exception_ptr error;
+  size_t ops = 0, outputs = 0;
+  if (pending.roots.empty()) {
+    if (!worker_busy()) error = settle();  // nothing to hand over: no need to wait
+  } else {
+    ir::Graph graph = build_and_hash(pending.roots, pending.kept);
+    std::shared_ptr<Executable> exe = lookup_or_compile(graph);
+    if (!async_enabled() || older_launch_failed()) error = settle();
+    if (error) {  // the recovery parked buffers: this sync's graph changed
+      pending = collect_pending();
+      graph = build_and_hash(pending.roots, pending.kept);
+      exe = pending.roots.empty() ? nullptr : lookup_or_compile(graph);
+    }
+    ops = graph.num_ops();
+    outputs = graph.outputs.size();
+    if (exe) {
+      std::exception_ptr own = launch(pending, std::move(graph), std::move(exe));
+      if (!error) error = own;
+    }
+  }
+  const bool compiled = metrics::counters().cache_misses > misses_before;
+  if (debug_sync()) {
+    std::fprintf(stderr, "[disc] sync cause=%s at %s: %zu ops, %zu outputs, cache %s\n",
+                 cause.c_str(), where.empty() ? "<C++>" : where.c_str(), ops, outputs,
+                 compiled ? "miss" : "hit");
+  }
+  if (error) std::rethrow_exception(error);
+  return compiled;
+}
+
+}  // namespace
+
+void sync(const std::string& cause) {
+  const std::string where = debug_sync() ? python_location() : "";
+  if (!run_pending(cause, where)) return;
+  // A compile is rare: say where it came from, outside the trace lock (the
+  // location needs the GIL, which another thread may hold while it waits
+  // for that lock).
+  CompileRecord r = compile_cache().locate_last(where.empty() ? python_location() : where);
+  if (debug_compile()) {
+    std::fprintf(stderr, "[disc] compile %016llx (%zu ops, %.1f ms) at %s: %s\n",
+                 static_cast<unsigned long long>(r.hash), r.ops, r.ms,
+                 r.location.empty() ? "<C++>" : r.location.c_str(), r.reason.c_str());
+  }
+}
+
+void set_python_location_provider(std::function<std::string()> provider) {
+  location_provider() = std::move(provider);
+}
+
+std::string python_location() {
+  return location_provider() ? location_provider()() : "";
+}
+
+void wait() {
+  if (std::exception_ptr e = settle()) std::rethrow_exception(e);
+}
+
+void clear_compile_cache() { compile_cache().clear(); }
+size_t compile_cache_size() { return compile_cache().size(); }
+
+}  // namespace disc

@@ -1,0 +1,81 @@
+// Which ATen ops the disc device records, and how each reaches the capture.
+//
+//  * Every op without a more specific kernel reaches the PrivateUse1 boxed
+//    fallback, which records it (capture.cpp) or runs it on the CPU fallback.
+//  * Structured ops (add, mm, ...) have CompositeExplicitAutogradNonFunctional
+//    kernels that would outrank that fallback and rewrite `mm(a, b)` into
+//    `empty` + `mm.out(a, b, out)`: an extra buffer and node per op. The
+//    capture kernel is registered for those ops directly, so the trace holds
+//    the functional op.
+//  * A few CompositeExplicitAutograd ops would decompose into backend hooks
+//    that CPU cannot replay (convolution -> convolution_overrideable); they
+//    are recorded as themselves.
+//  * Storage and metadata ops have dedicated kernels (memory_kernels.cpp).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <memory>
+
+#include "lazy_backend/trace/capture.h"
+
+namespace disc {
+
+namespace {
+
+bool is_out_variant(const c10::FunctionSchema& s) {
+  for (const auto& a : s.arguments())
+    if (a.is_out()) return true;
+  return false;
+}
+
+bool returns_alias(const c10::FunctionSchema& s) {
+  for (const auto& r : s.returns())
+    if (r.alias_info() && !r.alias_info()->isWrite()) return true;
+  return false;
+}
+
+// Recorded whole rather than through their composite decomposition.
+constexpr const char* kRecordedWhole[] = {
+    "convolution",           // else: convolution_overrideable (no CPU kernel)
+    "convolution_backward",  // else: convolution_backward_overrideable
+    "native_layer_norm",     // else: a batch_norm over a reshape (no stitch kernel)
+    // else: softmax, then isneginf / all / where over the whole input to zero
+    // fully masked rows (SDPA's math path, every attention layer): three
+    // more passes on ATen, where one stitch kernel does it all.
+    "_safe_softmax",
+    // else: mul.out with the scalar uploaded as a 0-dim tensor, a graph
+    // input of its own per call (SGD's momentum: one per parameter and step);
+    // recorded whole, the scalar is runtime data of the node.
+    "mul_.Scalar",
+};
+
+}  // namespace
+
+size_t register_structured_captures() {
+  static std::unique_ptr<torch::Library> lib;
+  static size_t count = 0;
+  if (lib) return count;
+  lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                         c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const char* name : kRecordedWhole) {
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
+    ++count;
+  }
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasSchema()) continue;
+    const c10::FunctionSchema& schema = op->schema();
+    if (is_out_variant(schema) || returns_alias(schema)) continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+      continue;
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+    std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace disc

@@ -1,0 +1,210 @@
+#include "lazy_backend/trace/lazy_storage.h"
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <map>
+
+#include "lazy_backend/trace/node_builder.h"
+#include "lazy_backend/trace/tensor_data.h"
+
+namespace disc {
+
+namespace {
+
+// Keyed by allocation id; leaked on purpose so it outlives static tensors.
+std::map<uint64_t, LazyStorage*>& registry() {
+  static auto* r = new std::map<uint64_t, LazyStorage*>();
+  return *r;
+}
+uint64_t g_next_id = 0;  // guarded by trace_mutex()
+
+// True when t sees the whole buffer in row-major order from offset 0: then
+// its value is the buffer's value up to a reshape.
+bool covers_storage(const at::Tensor& t, size_t nbytes) {
+  return t.storage_offset() == 0 && t.is_contiguous() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == nbytes;
+}
+
+int64_t elements(size_t nbytes, at::ScalarType dtype) {
+  size_t item = c10::elementSize(dtype);
+  TORCH_CHECK(nbytes % item == 0, "disc: storage of ", nbytes, " bytes cannot be viewed as ",
+              dtype);
+  return static_cast<int64_t>(nbytes / item);
+}
+
+}  // namespace
+
+std::recursive_mutex& trace_mutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
+LazyStorage::LazyStorage(size_t nbytes) : nbytes_(nbytes) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  id_ = g_next_id++;
+  registry().emplace(id_, this);
+}
+
+LazyStorage::~LazyStorage() {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  registry().erase(id_);
+}
+
+std::vector<LazyStorage*> live_storages() {
+  std::vector<LazyStorage*> out;
+  out.reserve(registry().size());
+  for (const auto& [id, s] : registry()) out.push_back(s);
+  return out;
+}
+
+void LazyStorage::ensure_initialized(at::ScalarType dtype) {
+  if (!value_) value_ = op_zeros({to_ir(dtype), {elements(nbytes_, dtype)}});
+}
+
+ir::Value LazyStorage::typed_value(at::ScalarType dtype) {
+  ensure_initialized(dtype);
+  const ir::TensorType& t = type_of(value_);
+  if (t.dtype == to_ir(dtype)) return value_;
+  // A byte-level reader (torch.save, deepcopy) or a dtype view: reinterpret.
+  ir::Value flat = t.sizes.size() == 1 ? value_ : op_reshape(value_, {t.numel()});
+  return op_view_dtype(flat, to_ir(dtype), elements(nbytes_, dtype));
+}
+
+ir::Value LazyStorage::read(const at::Tensor& t) {
+  const at::ScalarType dtype = t.scalar_type();
+  for (const CachedView& c : views_) {
+    if (c.dtype == dtype && c.offset == t.storage_offset() && c.sizes == t.sizes() &&
+        c.strides == t.strides())
+      return c.value;
+  }
+  ir::Value base = typed_value(dtype);
+  ir::Value v;
+  if (covers_storage(t, nbytes_)) {
+    v = type_of(base).sizes == t.sizes() ? base : op_reshape(base, t.sizes().vec());
+  } else {
+    v = op_as_strided(base, t.sizes().vec(), t.strides().vec(), t.storage_offset());
+  }
+  remember_view(t, v);
+  return v;
+}
+
+void LazyStorage::remember_view(const at::Tensor& t, ir::Value v) {
+  if (views_.size() >= 8) views_.erase(views_.begin());
+  views_.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type(), std::move(v)});
+}
+
+void LazyStorage::write(const at::Tensor& t, ir::Value v) {
+  TORCH_INTERNAL_ASSERT(type_of(v).sizes == t.sizes(), "disc: write of ",
+                        type_of(v).to_string(), " into ", t.sizes());
+  views_.clear();
+  parked_ = false;  // a new value: later syncs compute it again
+  if (covers_storage(t, nbytes_)) {
+    value_ = v;
+  } else {
+    ir::Value base = typed_value(t.scalar_type());
+    value_ = op_as_strided_scatter(base, v, t.sizes().vec(), t.strides().vec(),
+                                   t.storage_offset());
+  }
+  views_.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type(), v});
+}
+
+at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(!pending(), "disc: read_cpu before sync");
+  if (!value_) return at::zeros(t.sizes(), t.options().device(at::kCPU));
+  // Waiting for the tensor may settle a failed graph, which parks this
+  // buffer (a new value_): the leaf must outlive the wait.
+  const ir::NodePtr leaf = value_.node;
+  at::Tensor data = *data_of(*leaf);
+  if (covers_storage(t, nbytes_) && data.scalar_type() == t.scalar_type())
+    return data.reshape(t.sizes());
+  at::Tensor flat = data.contiguous().reshape({-1});
+  if (flat.scalar_type() != t.scalar_type()) flat = flat.view(t.scalar_type());
+  return flat.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+void LazyStorage::bind(ir::Value data) {
+  value_ = std::move(data);
+  views_.clear();
+}
+
+void LazyStorage::park(ir::Value trace) {
+  value_ = std::move(trace);
+  views_.clear();
+  parked_ = true;
+}
+
+void LazyStorage::grow(size_t nbytes) {
+  if (nbytes <= nbytes_) return;
+  if (value_) {
+    const ir::TensorType& t = type_of(value_);
+    size_t item = c10::elementSize(to_aten(t.dtype));
+    TORCH_CHECK((nbytes - nbytes_) % item == 0, "disc: resize by a partial element");
+    ir::Value flat = t.sizes.size() == 1 ? value_ : op_reshape(value_, {t.numel()});
+    value_ = op_pad_flat(flat, static_cast<int64_t>((nbytes - nbytes_) / item));
+  }
+  nbytes_ = nbytes;
+  views_.clear();
+}
+
+LazyStorage& lazy_storage_of(const at::Tensor& t) {
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
+              "disc: expected a disc tensor, got one on ", t.device());
+  void* ctx = t.storage().data_ptr().get_context();
+  TORCH_CHECK(ctx != nullptr, "disc: tensor has no disc storage");
+  return *static_cast<LazyStorage*>(ctx);
+}
+
+bool is_disc(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
+  if (t.sizes() == sizes) return;
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  LazyStorage& s = lazy_storage_of(t);
+  if (need > s.nbytes()) {
+    s.grow(need);
+    t.storage().set_nbytes(need);
+  }
+}
+
+ir::Value read_value(const at::Tensor& t) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  return lazy_storage_of(t).read(t);
+}
+
+namespace {
+
+void delete_storage(void* ctx) { delete static_cast<LazyStorage*>(ctx); }
+
+// Hands out storages without memory: the bytes live in the trace (pending)
+// or in the CPU tensor of a data leaf (after a sync).
+struct DiscAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    auto* s = new LazyStorage(nbytes);
+    // The data pointer is a unique, never-dereferenced handle: Python code
+    // (torch.save, storage dedup) treats a null pointer as an invalid storage.
+    return {s, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, 0)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK(false, "disc: storages hold no bytes to copy; use tensor.copy_()");
+  }
+};
+
+DiscAllocator g_allocator;
+
+}  // namespace
+
+c10::Allocator* disc_allocator() { return &g_allocator; }
+
+at::Tensor empty_disc(at::IntArrayRef sizes, at::ScalarType dtype) {
+  constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
+  return at::detail::empty_generic(sizes, &g_allocator, ks, dtype, std::nullopt);
+}
+
+}  // namespace disc

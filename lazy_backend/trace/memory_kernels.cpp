@@ -1,0 +1,182 @@
+// PrivateUse1 kernels that manage storage rather than compute: allocation,
+// set_/resize_, and the transfers between disc and CPU. Views are in
+// view_kernels.cpp; everything else goes through capture.
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <torch/library.h>
+
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/sync.h"
+#include "lazy_backend/trace/capture.h"
+#include "lazy_backend/trace/lazy_storage.h"
+#include "lazy_backend/trace/node_builder.h"
+#include "lazy_backend/trace/tensor_data.h"
+
+namespace disc {
+
+namespace {
+
+constexpr c10::DispatchKeySet kDiscKeys(c10::DispatchKey::PrivateUse1);
+
+
+void check_layout_and_device(std::optional<at::Layout> layout, std::optional<at::Device> device) {
+  TORCH_CHECK(!layout || *layout == at::kStrided, "disc: only strided tensors are supported, got ",
+              *layout);
+  TORCH_CHECK(!device || device->index() <= 0, "disc: device ", *device,
+              " does not exist (there is one disc device, disc:0)");
+}
+
+at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool>, std::optional<at::MemoryFormat> memory_format) {
+  check_layout_and_device(layout, device);
+  at::ScalarType st = dtype.value_or(at::get_default_dtype_as_scalartype());
+  to_ir(st);  // rejects unsupported dtypes by name
+  return at::detail::empty_generic(size, disc_allocator(), kDiscKeys, st, memory_format);
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool>) {
+  check_layout_and_device(layout, device);
+  at::ScalarType st = dtype.value_or(at::get_default_dtype_as_scalartype());
+  to_ir(st);
+  return at::detail::empty_strided_generic(size, stride, disc_allocator(), kDiscKeys, st);
+}
+
+// The values of a disc tensor on the CPU, syncing first if they are pending.
+at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
+  LazyStorage& s = lazy_storage_of(src);
+  bool pending;
+  {
+    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    s.unpark();  // a value an earlier sync failed on: reading it tries again
+    pending = s.pending();
+  }
+  if (pending) {
+    try {
+      sync(cause);
+    } catch (const c10::Error&) {
+      // The sync failed on some part of the pending work. If this tensor's
+      // part ran, its value is good: the failed part is parked and raises
+      // when its own tensors are read.
+      std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+      if (s.pending()) throw;
+    }
+  }
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  metrics::counters().transfers_to_cpu++;
+  return s.read_cpu(src);
+}
+
+// dst (disc) = src (disc or CPU), broadcast and converted as copy_ does.
+void copy_into_disc(const at::Tensor& dst, const at::Tensor& src) {
+  ir::Value v;
+  if (is_disc(src)) {
+    v = read_value(src);
+  } else {
+    TORCH_CHECK(src.device().is_cpu(), "disc: cannot copy from ", src.device(), " to disc");
+    to_ir(src.scalar_type());
+    metrics::counters().transfers_to_disc++;
+    // A snapshot: the caller may change its CPU tensor right after.
+    v = make_data(src.clone(at::MemoryFormat::Contiguous));
+  }
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  LazyStorage& s = lazy_storage_of(dst);
+  if (type_of(v) == type_of(dst)) {
+    s.write(dst, v);
+  } else {
+    s.write(dst, op_copy(s.read(dst), v));
+  }
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool) {
+  if (self.is_same(src)) return self;
+  if (is_disc(self)) {
+    copy_into_disc(self, src);
+  } else {
+    self.copy_(to_cpu(src, "to_cpu"));
+  }
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  copy_(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (is_disc(dst)) {
+    resize_disc(dst, self.sizes());
+  } else {
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size,
+                          std::optional<at::MemoryFormat> format) {
+  TORCH_CHECK(!format || *format == at::MemoryFormat::Contiguous ||
+                  *format == at::MemoryFormat::Preserve,
+              "disc: resize_ supports contiguous memory format only");
+  resize_disc(self, size);
+  return self;
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  return at::_local_scalar_dense(to_cpu(self, "item"));
+}
+
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset,
+                        at::IntArrayRef size, at::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1,
+              "disc: set_ needs a disc storage, got one on ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_storage_offset(offset);
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(size);
+  } else {
+    impl->set_sizes_and_strides(size, stride);
+  }
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return set_storage(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  return set_storage(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  at::Storage fresh(at::Storage::use_byte_size_t(), 0, disc_allocator(), true);
+  return set_storage(self, fresh, 0, {0}, {});
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  // Transfers and host reads.
+  m.impl("copy_", TORCH_FN(copy_));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  // Storage management.
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+}
+
+}  // namespace disc
