@@ -122,20 +122,21 @@ auto after_worker(F f) {
   };
 }
 
-}  // namespace
-}  // namespace disc
-
-PYBIND11_MODULE(_C, m) {
-  using namespace disc;
-  set_python_location_provider(&current_python_location);
-  register_structured_captures();
-  m.doc() = "torch_disc native backend";
+// Syncs, the graph worker, and what is pending.
+void bind_sync(py::module_& m) {
   m.def("sync", &disc::sync, py::arg("cause") = "user", py::call_guard<py::gil_scoped_release>());
   m.def("wait", &disc::wait, py::call_guard<py::gil_scoped_release>(),
         "Waits for the graph of the last sync; raises its error");
   m.def("set_async", &set_async_enabled, py::call_guard<py::gil_scoped_release>(),
         "Graphs run on the graph worker (True) or on the syncing thread");
   m.def("is_async", &async_enabled);
+  m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
+  m.def("is_pending", &is_pending);
+  m.def("python_location", &python_location);
+}
+
+// Counters and the caches (compiled graphs, host buffers, packed weights).
+void bind_caches(py::module_& m) {
   m.def("metrics", after_worker(&metrics::snapshot), py::call_guard<py::gil_scoped_release>());
   m.def("reset_metrics", after_worker(&metrics::reset), py::call_guard<py::gil_scoped_release>());
   m.def("compile_cache_size", &compile_cache_size);
@@ -153,6 +154,21 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  m.def("host_cache_stats", after_worker([] {
+    const HostCacheStats s = host_cache_stats();
+    return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
+                                          {"in_use_bytes", s.in_use_bytes},
+                                          {"idle_blocks", s.idle_blocks}};
+  }), py::call_guard<py::gil_scoped_release>());
+  m.def("empty_host_cache", after_worker(&empty_host_cache), py::call_guard<py::gil_scoped_release>(),
+        "Frees the idle cached host blocks; bytes freed");
+  m.def("packed_weights", after_worker(&packed_weights_size), py::call_guard<py::gil_scoped_release>(),
+        "How many packed weights are cached");
+  m.def("clear_compile_log", [] { compile_cache().clear_log(); });
+}
+
+// DISC_* options, and the switches tests and benchmarks flip.
+void bind_options(py::module_& m) {
   m.def("options", &option_list, "Every DISC_* option: name, type, default, value, doc");
   m.def("get_option", [](const std::string& name) { return option_value(options::info(name)); });
   m.def("set_option", &set_option, "Sets a DISC_* option in-process (see docs/env_vars.md)");
@@ -179,20 +195,10 @@ PYBIND11_MODULE(_C, m) {
     set_prepack(on);
     clear_packed_weights();
   }, "Pre-packed GEMM weights on / off; drops the packed ones");
-  m.def("host_cache_stats", after_worker([] {
-    const HostCacheStats s = host_cache_stats();
-    return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
-                                          {"in_use_bytes", s.in_use_bytes},
-                                          {"idle_blocks", s.idle_blocks}};
-  }), py::call_guard<py::gil_scoped_release>());
-  m.def("empty_host_cache", after_worker(&empty_host_cache), py::call_guard<py::gil_scoped_release>(),
-        "Frees the idle cached host blocks; bytes freed");
-  m.def("packed_weights", after_worker(&packed_weights_size), py::call_guard<py::gil_scoped_release>(),
-        "How many packed weights are cached");
-  m.def("clear_compile_log", [] { compile_cache().clear_log(); });
-  m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
-  m.def("is_pending", &is_pending);
-  m.def("python_location", &python_location);
+}
+
+// The disc generator (torch.disc.manual_seed and friends).
+void bind_generator(py::module_& m) {
   m.def("manual_seed", [](uint64_t seed) {
     at::Generator& g = mutable_generator();
     std::lock_guard<std::mutex> lock(g.mutex());
@@ -214,4 +220,18 @@ PYBIND11_MODULE(_C, m) {
     std::lock_guard<std::mutex> lock(g.mutex());
     g.set_state(state.cpu().contiguous());
   });
+}
+
+}  // namespace
+}  // namespace disc
+
+PYBIND11_MODULE(_C, m) {
+  using namespace disc;
+  set_python_location_provider(&current_python_location);
+  register_structured_captures();
+  m.doc() = "torch_disc native backend";
+  bind_sync(m);
+  bind_caches(m);
+  bind_options(m);
+  bind_generator(m);
 }

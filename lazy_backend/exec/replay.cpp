@@ -158,12 +158,9 @@ std::optional<at::Tensor> plain_view(const ir::Node& n, const at::Tensor& in) {
   return out;
 }
 
-}  // namespace
-
-std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
-                               std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
-  if (ins.size() == 1 && n.outputs.size() == 1)
-    if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
+// Inputs the op writes: its own copy unless the plan lets it write the
+// buffer in place (then the version is bumped, as ADInplaceOrView would).
+void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::vector<bool>* in_place) {
   if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
     ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
   for (size_t j = 0; j < n.mutated.size(); ++j) {
@@ -176,7 +173,10 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
       if (!impl->is_inference()) impl->bump_version();
     }
   }
+}
 
+// The boxed arguments of node `n`, in schema order.
+torch::jit::Stack boxed_arguments(const ir::Node& n, const std::vector<at::Tensor>& ins) {
   torch::jit::Stack stack;
   stack.reserve(n.operands.size());
   for (const ir::Operand& o : n.operands) {
@@ -210,19 +210,26 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
       }
     }
   }
-  {
-    // Values never require grad here; skip the autograd layers.
-    at::AutoDispatchBelowADInplaceOrView guard;
-    if (n.rng_runtime < 0 || seed_generator_arguments(op, n, stack)) {
-      op.callBoxed(&stack);
-    } else if (lowering::op_of(n.op) == lowering::Op::kNativeDropout) {
-      native_dropout(n, stack);
-    } else {
-      SeededCpuGenerator global(node_seed(n));
-      op.callBoxed(&stack);
-    }
-  }
+  return stack;
+}
 
+// Calls the op's CPU kernel; a random op draws from the node's own seed.
+void call_kernel(const c10::OperatorHandle& op, const ir::Node& n, torch::jit::Stack& stack) {
+  // Values never require grad here; skip the autograd layers.
+  at::AutoDispatchBelowADInplaceOrView guard;
+  if (n.rng_runtime < 0 || seed_generator_arguments(op, n, stack)) {
+    op.callBoxed(&stack);
+  } else if (lowering::op_of(n.op) == lowering::Op::kNativeDropout) {
+    native_dropout(n, stack);
+  } else {
+    SeededCpuGenerator global(node_seed(n));
+    op.callBoxed(&stack);
+  }
+}
+
+// The node's outputs: the kernel's fresh returns, then the mutated inputs.
+std::vector<at::Tensor> node_outputs(const c10::OperatorHandle& op, const ir::Node& n,
+                                     const torch::jit::Stack& stack, const std::vector<at::Tensor>& ins) {
   std::vector<at::Tensor> outs;
   outs.reserve(n.outputs.size());
   const auto& returns = op.schema().returns();
@@ -241,6 +248,18 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
                         " replay gave ", outs.size(), " outputs, expected ",
                         n.outputs.size());
   return outs;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
+                               std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
+  if (ins.size() == 1 && n.outputs.size() == 1)
+    if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
+  prepare_inputs(n, ins, in_place);
+  torch::jit::Stack stack = boxed_arguments(n, ins);
+  call_kernel(op, n, stack);
+  return node_outputs(op, n, stack, ins);
 }
 
 }  // namespace disc

@@ -265,70 +265,67 @@ std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std:
   return r;
 }
 
-}  // namespace
-
-void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
-                         torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  const OpInfo& info = op_info(op);
-  const std::string& name = info.name;
-  const size_t nargs = schema.arguments().size();
-  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, nargs);
-  if (auto why = unrecordable(info, schema, args)) return cpu_fallback(op, stack, *why);
-
-  metrics::ScopedTimer timer(metrics::counters().trace_ns);
+// Disc ops take disc tensors (and CPU scalars): anything else is an error
+// naming the op.
+void check_devices(c10::ArrayRef<c10::IValue> args, const std::string& name) {
   for (const c10::IValue& v : args) {
     if (v.isTensor()) check_device(v.toTensor(), name);
     if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorVector()) check_device(t, name);
   }
-  // Shapes: by exact key, else by size pattern (a new length), else from
-  // the Meta kernel, learning both keys.
+}
+
+// The op's output shapes: by exact key, else by size pattern (a new
+// length), else from the Meta kernel, learning both keys. nullptr when the
+// op has no Meta kernel. `scratch` holds a result not in the cache.
+const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& name,
+                            c10::ArrayRef<c10::IValue> args, MetaResult& scratch) {
   std::optional<ShapeKey> key = shape_key(op, args);
-  const MetaResult* cached = key ? lookup_shapes(*key) : nullptr;
-  MetaResult inferred;
-  if (!cached) {
-    if (std::optional<MetaResult> r = lookup_symbolic_shapes(op, args)) {
-      inferred = std::move(*r);
-      metrics::bump("shape_cache.symbolic_hits");
-    } else {
-      r = infer_shapes(op, name, args);
-      if (!r) return cpu_fallback(op, stack, "no meta kernel");
-      inferred = std::move(*r);
-      remember_symbolic_shapes(op, args, inferred);
-      metrics::bump("shape_cache.meta_runs");
-      metrics::bump("shape_cache.meta_runs." + name);
-    }
-    if (key) remember_shapes(std::move(*key), inferred);
+  if (const MetaResult* cached = key ? lookup_shapes(*key) : nullptr) return cached;
+  if (std::optional<MetaResult> r = lookup_symbolic_shapes(op, args)) {
+    scratch = std::move(*r);
+    metrics::bump("shape_cache.symbolic_hits");
+  } else {
+    r = infer_shapes(op, name, args);
+    if (!r) return nullptr;
+    scratch = std::move(*r);
+    remember_symbolic_shapes(op, args, scratch);
+    metrics::bump("shape_cache.meta_runs");
+    metrics::bump("shape_cache.meta_runs." + name);
   }
-  const std::vector<at::Tensor>& fresh = cached ? cached->fresh : inferred.fresh;
-  const std::vector<at::Tensor>& mutated_meta = cached ? cached->mutated : inferred.mutated;
-  const std::vector<size_t>& return_sizes = cached ? cached->return_sizes : inferred.return_sizes;
-  const auto& returns = schema.returns();
-  for (const at::Tensor& t : fresh)
-    if (t.defined()) to_ir(t.scalar_type());  // names unsupported dtypes
+  if (key) remember_shapes(std::move(*key), scratch);
+  return &scratch;
+}
 
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  Recorded rec = record(info, schema, args, fresh, mutated_meta);
-  metrics::counters().ops_traced++;
-
+// New disc tensors for the node's fresh outputs; the mutated arguments'
+// storages now hold the node's later outputs.
+std::vector<at::Tensor> bind_outputs(const Recorded& rec, const MetaResult& shapes) {
   std::vector<at::Tensor> results;
-  for (size_t k = 0; k < fresh.size(); ++k) {
-    if (!fresh[k].defined()) {  // e.g. grad_input of a first conv layer
+  for (size_t k = 0; k < shapes.fresh.size(); ++k) {
+    const at::Tensor& meta = shapes.fresh[k];
+    if (!meta.defined()) {  // e.g. grad_input of a first conv layer
       results.emplace_back();
       continue;
     }
-    at::Tensor out = empty_disc(fresh[k].sizes(), fresh[k].scalar_type());
+    at::Tensor out = empty_disc(meta.sizes(), meta.scalar_type());
     lazy_storage_of(out).write(out, {rec.node, static_cast<uint32_t>(k)});
     results.push_back(out);
   }
   for (size_t j = 0; j < rec.mutated.size(); ++j) {
-    resize_disc(rec.mutated[j], mutated_meta[j].sizes());
+    resize_disc(rec.mutated[j], shapes.mutated[j].sizes());
     lazy_storage_of(rec.mutated[j])
-        .write(rec.mutated[j], {rec.node, static_cast<uint32_t>(fresh.size() + j)});
+        .write(rec.mutated[j], {rec.node, static_cast<uint32_t>(shapes.fresh.size() + j)});
   }
+  return results;
+}
 
-  // Returns: fresh tensors in order; an in-place return is its argument.
+// Replaces the arguments on the stack with the returns: fresh tensors in
+// order; an in-place return is its argument.
+void push_returns(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
+                  const std::vector<at::Tensor>& results, const std::vector<size_t>& return_sizes,
+                  torch::jit::Stack* stack) {
+  const size_t nargs = schema.arguments().size();
+  const auto& returns = schema.returns();
   torch::jit::Stack out;
   size_t next = 0;
   for (size_t r = 0; r < returns.size(); ++r) {
@@ -351,6 +348,30 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   }
   torch::jit::drop(*stack, nargs);
   for (auto& v : out) stack->push_back(std::move(v));
+}
+
+}  // namespace
+
+void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                         torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const OpInfo& info = op_info(op);
+  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, schema.arguments().size());
+  if (auto why = unrecordable(info, schema, args)) return cpu_fallback(op, stack, *why);
+
+  metrics::ScopedTimer timer(metrics::counters().trace_ns);
+  check_devices(args, info.name);
+  MetaResult scratch;
+  const MetaResult* shapes = shapes_of(op, info.name, args, scratch);
+  if (!shapes) return cpu_fallback(op, stack, "no meta kernel");
+  for (const at::Tensor& t : shapes->fresh)
+    if (t.defined()) to_ir(t.scalar_type());  // names unsupported dtypes
+
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  Recorded rec = record(info, schema, args, shapes->fresh, shapes->mutated);
+  metrics::counters().ops_traced++;
+  std::vector<at::Tensor> results = bind_outputs(rec, *shapes);
+  push_returns(schema, args, results, shapes->return_sizes, stack);
 }
 
 }  // namespace disc

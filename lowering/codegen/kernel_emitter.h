@@ -98,13 +98,41 @@ class KernelEmitter {
 
   // The function and its passes over a row (kernel_skeleton.cpp).
   void emit();
+  std::string signature() const;
+  void emit_sizes_and_strides();
+  void emit_row_bounds();
+  void emit_contiguity_check();
+  void emit_clear_column_partials();
+  void open_leading_loops();
+  std::string finished_text(const std::string& signature);
+
+  // One scf.for of a pass: its columns, accumulators and unrolling.
+  struct Loop {
+    Mode mode;
+    uint32_t width;  // vector lanes, 0 for scalars
+    std::string lo, hi, step;
+    std::vector<std::string> init;  // accumulator start values, `unroll` sets
+    uint32_t unroll;
+  };
   std::vector<std::string> pass(const std::vector<Acc>& accs, const Body& body);
+  std::vector<std::string> loop(const std::vector<Acc>& accs, const Body& body, const Loop& l);
+  std::vector<std::string> vector_loops(const std::vector<Acc>& accs, const Body& body,
+                                        const std::vector<std::string>& init);
+  std::vector<std::string> masked_tail(const std::vector<Acc>& accs, const Body& body,
+                                       const std::vector<std::string>& init,
+                                       const std::vector<std::string>& accumulated);
   std::string identity(Acc a, uint32_t width);
   std::string horizontal(Acc a, const std::string& v);
   static std::string join(const std::vector<std::string>& v);
 
   // The passes of each row op (row_plans.cpp).
   void emit_row();
+  void emit_loop();
+  void emit_column_sum();
+  void emit_reduction();
+  void emit_softmax();
+  void emit_softmax_backward();
+  void emit_layer_norm();
   void emit_layer_norm_backward();
 
   const Program& p_;

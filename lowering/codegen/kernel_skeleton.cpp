@@ -8,8 +8,52 @@
 
 namespace disc::lowering {
 
+namespace {
+
+// "t, t, t": `count` copies of an MLIR type.
+std::string repeated(const std::string& t, size_t count) {
+  std::string s;
+  for (size_t k = 0; k < count; ++k) s += (k ? ", " : "") + t;
+  return s;
+}
+
+// The SSA names of an op's `count` results: %r, or %r#0, %r#1, ...
+std::vector<std::string> results(const std::string& name, size_t count) {
+  std::vector<std::string> r;
+  for (size_t k = 0; k < count; ++k) r.push_back(count == 1 ? name : name + "#" + std::to_string(k));
+  return r;
+}
+
+// "%r:2 = ", what binds an op's `count` results (nothing for none).
+std::string assign(const std::string& name, size_t count) {
+  return count == 0 ? std::string() : name + (count > 1 ? ":" + std::to_string(count) : "") + " = ";
+}
+
+const std::string& vector_f32() {
+  static const std::string t = "vector<" + std::to_string(kVectorWidth) + "xf32>";
+  return t;
+}
+
+}  // namespace
+
 void KernelEmitter::emit() {
-  const uint32_t R = kernel_.rank;
+  const std::string sig = signature();
+  indent_ = "  ";
+  emit_sizes_and_strides();
+  emit_row_bounds();
+  emit_contiguity_check();
+  emit_clear_column_partials();
+  open_leading_loops();
+  emit_row();
+  for (uint32_t a = kernel_.rank - 1; a-- > 0;) {
+    indent_.resize(indent_.size() - 2);
+    line("}");
+  }
+  line("return");
+  kernel_.mlir = finished_text(sig);
+}
+
+std::string KernelEmitter::signature() const {
   std::ostringstream sig;
   sig << "func.func @" << kernel_.name << "(";
   for (size_t k = 0; k < kernel_.inputs.size(); ++k)
@@ -17,7 +61,12 @@ void KernelEmitter::emit() {
   for (size_t k = 0; k < kernel_.outputs.size(); ++k) sig << "%out" << k << ": memref<?xf32>, ";
   sig << "%sizes: memref<?xindex>, %strides: memref<?xindex>, %scalars: memref<?xf64>, "
       << "%begin: index, %end: index, %chunk: index) {\n";
-  indent_ = "  ";
+  return sig.str();
+}
+
+// %d<a>: the size of dim a; %s<k>_<a>: input k's stride along it.
+void KernelEmitter::emit_sizes_and_strides() {
+  const uint32_t R = kernel_.rank;
   line("%c0 = arith.constant 0 : index");
   line("%c1 = arith.constant 1 : index");
   line("%cw = arith.constant " + std::to_string(kVectorWidth) + " : index");
@@ -32,8 +81,13 @@ void KernelEmitter::emit() {
       line("%cs" + s + " = arith.constant " + std::to_string(k * R + a) + " : index");
       line("%s" + s + " = memref.load %strides[%cs" + s + "] : memref<?xindex>");
     }
-  // The innermost loop runs over [%lo, %n): a row, or for a rank-1 loop
-  // kernel this thread's share [begin, end) of the elements.
+}
+
+// The innermost loop runs over [%lo, %n): a row, or for a rank-1 loop
+// kernel this thread's share [begin, end) of the elements; %nv / %nv4 end
+// its whole vectors (of 16 / 64 columns), %nrem columns are left.
+void KernelEmitter::emit_row_bounds() {
+  const uint32_t R = kernel_.rank;
   if (R == 1) {
     line("%lo = arith.addi %begin, %c0 : index");
     line("%n = arith.addi %end, %c0 : index");
@@ -52,8 +106,12 @@ void KernelEmitter::emit() {
   line("%nv4 = arith.subi %n, %nrem4 : index");
   line("%ni = arith.index_cast %n : index to i64");
   line("%nf = arith.sitofp %ni : i64 to f32");
-  // The vector path needs unit stride along the row in every input that
-  // is not broadcast along it.
+}
+
+// %contiguous: the vector path needs unit stride along the row in every
+// input that is not broadcast along it.
+void KernelEmitter::emit_contiguity_check() {
+  const uint32_t R = kernel_.rank;
   std::string contiguous = "%true";
   line("%true = arith.constant true");
   for (size_t k = 0; k < kernel_.inputs.size(); ++k) {
@@ -65,8 +123,11 @@ void KernelEmitter::emit() {
     contiguous = a;
   }
   line("%contiguous = arith.andi " + contiguous + ", %true : i1");
-  // This chunk's row of each per-column partial buffer starts at 0 (sums)
-  // or -inf (maxima).
+}
+
+// This chunk's row of each per-column partial buffer starts at 0 (sums)
+// or -inf (maxima).
+void KernelEmitter::emit_clear_column_partials() {
   line("%cb = arith.muli %chunk, %n : index");
   for (size_t k = 0; k < kernel_.outputs.size(); ++k) {
     if (kernel_.outputs[k].extent != KernelOutput::Extent::kPerColumn) continue;
@@ -83,7 +144,12 @@ void KernelEmitter::emit() {
     line("  memref.store " + zero + ", %out" + std::to_string(k) + "[" + idx + "] : memref<?xf32>");
     line("}");
   }
-  // Loops over the leading dims; the last one is the row.
+}
+
+// Loops over the leading dims (the last one is the row), with each input's
+// offset (%p<k>_<a>) and the output's row (%ob) at the innermost.
+void KernelEmitter::open_leading_loops() {
+  const uint32_t R = kernel_.rank;
   for (uint32_t a = 0; a + 1 < R; ++a) {
     const std::string i = "%i" + std::to_string(a);
     line("scf.for " + i + " = " + (a == 0 ? "%begin" : "%c0") + " to " +
@@ -113,16 +179,14 @@ void KernelEmitter::emit() {
     line("%row = arith.addi %o" + std::to_string(R - 2) + ", %c0 : index");
     line("%ob = arith.muli %row, %n : index");
   }
-  emit_row();
-  for (uint32_t a = R - 1; a-- > 0;) {
-    indent_.resize(indent_.size() - 2);
-    line("}");
-  }
-  line("return");
-  std::string text = sig.str() + body_.str() + "}\n";
+}
+
+// The function's text with the exp helpers it calls appended.
+std::string KernelEmitter::finished_text(const std::string& signature) {
+  std::string text = signature + body_.str() + "}\n";
   if (text.find("@disc_expf16(") != std::string::npos) text += expf_function(kVectorWidth, host_pow2());
   if (text.find("@disc_expf(") != std::string::npos) text += expf_function(0);
-  kernel_.mlir = text;
+  return text;
 }
 
 // One pass over the row: the vector body and a masked vector tail when
@@ -130,102 +194,68 @@ void KernelEmitter::emit() {
 // scalar loop. Returns the scalar results of `accs`, one per value body returns.
 std::vector<std::string> KernelEmitter::pass(const std::vector<Acc>& accs, const Body& body) {
   const size_t m = accs.size();
-  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
-  auto types = [&](const std::string& t, size_t count) {
-    std::string s;
-    for (size_t k = 0; k < count; ++k) s += (k ? ", " : "") + t;
-    return s;
-  };
-  auto results = [&](const std::string& name, size_t count) {
-    std::vector<std::string> r;
-    for (size_t k = 0; k < count; ++k)
-      r.push_back(count == 1 ? name : name + "#" + std::to_string(k));
-    return r;
-  };
-  auto head = [&](const std::string& name, size_t count) {
-    return count == 0 ? std::string()
-                      : name + (count > 1 ? ":" + std::to_string(count) : "") + " = ";
-  };
-  // One loop: header with iter_args, `unroll` copies of the body (at
-  // columns j, j + 16, ...), each folding into its own accumulators.
-  auto loop = [&](Mode mode, uint32_t width, const std::string& lo, const std::string& hi,
-                  const std::string& step, const std::vector<std::string>& init,
-                  uint32_t unroll) {
-    const size_t count = m * unroll;
-    std::string j = fresh(), name = fresh();
-    std::vector<std::string> args;
-    std::string header =
-        head(name, count) + "scf.for " + j + " = " + lo + " to " + hi + " step " + step;
-    if (count) {
-      header += " iter_args(";
-      for (size_t k = 0; k < count; ++k) {
-        args.push_back(fresh());
-        header += (k ? ", " : "") + args[k] + " = " + init[k];
-      }
-      header += ") -> (" + types(width ? vt : "f32", count) + ")";
-    }
-    line(header + " {");
-    indent_ += "  ";
-    std::string yield;
-    for (uint32_t u = 0; u < unroll; ++u) {
-      std::string ju = j;
-      if (u) {
-        ju = fresh();
-        line(ju + " = arith.addi " + j + ", %cw" + std::to_string(u) + " : index");
-      }
-      Variant v{mode, ju, emitter(width), {}};
-      std::vector<std::string> vals = body(v);
-      for (size_t k = 0; k < m; ++k) {
-        const std::string& acc = args[u * m + k];
-        yield += std::string(yield.empty() ? "" : ", ") +
-                 (accs[k] == Acc::kAdd ? v.e.binary("arith.addf", acc, vals.at(k))
-                                       : v.e.max_nan(acc, vals.at(k)));
-      }
-    }
-    if (count) line("scf.yield " + yield + " : " + types(width ? vt : "f32", count));
-    indent_.resize(indent_.size() - 2);
-    line("}");
-    return results(name, count);
-  };
   std::vector<std::string> vinit, sinit;
   for (Acc a : accs) {
     vinit.push_back(identity(a, kVectorWidth));
     sinit.push_back(identity(a, 0));
   }
   std::string name = fresh();
-  line(head(name, m) + "scf.if %contiguous" + (m ? " -> (" + types("f32", m) + ")" : "") + " {");
+  line(assign(name, m) + "scf.if %contiguous" + (m ? " -> (" + repeated("f32", m) + ")" : "") + " {");
   indent_ += "  ";
-  std::vector<std::string> vres;
-  if (m) {
-    // A reduction is bound by the latency of its accumulator chain: four
-    // independent chains over [lo, nv4), folded into one, then one vector
-    // at a time over [nv4, nv).
-    std::vector<std::string> init4;
-    for (uint32_t u = 0; u < kUnroll; ++u) init4.insert(init4.end(), vinit.begin(), vinit.end());
-    std::vector<std::string> r4 = loop(Mode::kVector, kVectorWidth, "%lo", "%nv4", "%cw4", init4, kUnroll);
-    ValueEmitter e = emitter(kVectorWidth);
-    std::vector<std::string> folded;
-    for (size_t k = 0; k < m; ++k) {
-      std::string acc = r4[k];
-      for (uint32_t u = 1; u < kUnroll; ++u)
-        acc = accs[k] == Acc::kAdd ? e.binary("arith.addf", acc, r4[u * m + k])
-                                   : e.max_nan(acc, r4[u * m + k]);
-      folded.push_back(acc);
-    }
-    vres = loop(Mode::kVector, kVectorWidth, "%nv4", "%nv", "%cw", folded, 1);
-  } else {
-    loop(Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", {}, 1);
+  const std::vector<std::string> tail = masked_tail(accs, body, vinit, vector_loops(accs, body, vinit));
+  std::vector<std::string> reduced;
+  for (size_t k = 0; k < m; ++k) reduced.push_back(horizontal(accs[k], tail[k]));
+  if (m) line("scf.yield " + join(reduced) + " : " + repeated("f32", m));
+  indent_.resize(indent_.size() - 2);
+  line("} else {");
+  indent_ += "  ";
+  std::vector<std::string> sres = loop(accs, body, {Mode::kStrided, 0, "%lo", "%n", "%c1", sinit, 1});
+  if (m) line("scf.yield " + join(sres) + " : " + repeated("f32", m));
+  indent_.resize(indent_.size() - 2);
+  line("}");
+  return results(name, m);
+}
+
+// A reduction is bound by the latency of its accumulator chain: four
+// independent chains over [lo, nv4), folded into one, then one vector at a
+// time over [nv4, nv). Returns the vector accumulators.
+std::vector<std::string> KernelEmitter::vector_loops(const std::vector<Acc>& accs, const Body& body,
+                                                     const std::vector<std::string>& init) {
+  const size_t m = accs.size();
+  if (!m) {
+    loop(accs, body, {Mode::kVector, kVectorWidth, "%lo", "%nv", "%cw", {}, 1});
+    return {};
   }
-  // The last len % 16 columns as one vector with the lanes past the end
-  // masked off, instead of a scalar loop: a row of 10 (a classifier's
-  // log_softmax) is one masked vector per pass, not 10 scalar exps. Dead
-  // lanes load 0, store nothing and add the identity to the accumulators.
-  // Skipped when there is no tail (rows of 128: the empty masked exp cost
-  // softmax ~10%).
-  const std::string vtypes = types(vt, m);
+  std::vector<std::string> init4;
+  for (uint32_t u = 0; u < kUnroll; ++u) init4.insert(init4.end(), init.begin(), init.end());
+  std::vector<std::string> r4 =
+      loop(accs, body, {Mode::kVector, kVectorWidth, "%lo", "%nv4", "%cw4", init4, kUnroll});
+  ValueEmitter e = emitter(kVectorWidth);
+  std::vector<std::string> folded;
+  for (size_t k = 0; k < m; ++k) {
+    std::string acc = r4[k];
+    for (uint32_t u = 1; u < kUnroll; ++u)
+      acc = accs[k] == Acc::kAdd ? e.binary("arith.addf", acc, r4[u * m + k])
+                                 : e.max_nan(acc, r4[u * m + k]);
+    folded.push_back(acc);
+  }
+  return loop(accs, body, {Mode::kVector, kVectorWidth, "%nv4", "%nv", "%cw", folded, 1});
+}
+
+// The last len % 16 columns as one vector with the lanes past the end
+// masked off, instead of a scalar loop: a row of 10 (a classifier's
+// log_softmax) is one masked vector per pass, not 10 scalar exps. Dead
+// lanes load 0, store nothing and add the identity to the accumulators.
+// Skipped when there is no tail (rows of 128: the empty masked exp cost
+// softmax ~10%). Returns the accumulators with the tail folded in.
+std::vector<std::string> KernelEmitter::masked_tail(const std::vector<Acc>& accs, const Body& body,
+                                                    const std::vector<std::string>& init,
+                                                    const std::vector<std::string>& accumulated) {
+  const size_t m = accs.size();
+  const std::string vtypes = repeated(vector_f32(), m);
   std::string has_tail = fresh(), tail_acc = fresh();
   line(has_tail + " = arith.cmpi ne, %nrem, %c0 : index");
-  line(head(tail_acc, m) + "scf.if " + has_tail + (m ? " -> (" + vtypes + ")" : "") + " {");
+  line(assign(tail_acc, m) + "scf.if " + has_tail + (m ? " -> (" + vtypes + ")" : "") + " {");
   indent_ += "  ";
   std::string mask = fresh();
   line(mask + " = vector.create_mask %nrem : vector<" + std::to_string(kVectorWidth) + "xi1>");
@@ -233,28 +263,59 @@ std::vector<std::string> KernelEmitter::pass(const std::vector<Acc>& accs, const
   std::vector<std::string> tvals = body(tail);
   std::vector<std::string> combined;
   for (size_t k = 0; k < m; ++k) {
-    std::string live = tail.e.select(mask, tvals.at(k), vinit[k]);
-    combined.push_back(accs[k] == Acc::kAdd ? tail.e.binary("arith.addf", vres[k], live)
-                                            : tail.e.max_nan(vres[k], live));
+    std::string live = tail.e.select(mask, tvals.at(k), init[k]);
+    combined.push_back(accs[k] == Acc::kAdd ? tail.e.binary("arith.addf", accumulated[k], live)
+                                            : tail.e.max_nan(accumulated[k], live));
   }
   if (m) line("scf.yield " + join(combined) + " : " + vtypes);
   indent_.resize(indent_.size() - 2);
   if (m) {
     line("} else {");
-    line("  scf.yield " + join(vres) + " : " + vtypes);
+    line("  scf.yield " + join(accumulated) + " : " + vtypes);
   }
   line("}");
-  std::vector<std::string> reduced;
-  for (size_t k = 0; k < m; ++k) reduced.push_back(horizontal(accs[k], results(tail_acc, m)[k]));
-  if (m) line("scf.yield " + join(reduced) + " : " + types("f32", m));
-  indent_.resize(indent_.size() - 2);
-  line("} else {");
+  return results(tail_acc, m);
+}
+
+// One loop: header with iter_args, `unroll` copies of the body (at
+// columns j, j + 16, ...), each folding into its own accumulators.
+std::vector<std::string> KernelEmitter::loop(const std::vector<Acc>& accs, const Body& body,
+                                             const Loop& l) {
+  const size_t m = accs.size(), count = m * l.unroll;
+  const std::string type = l.width ? vector_f32() : "f32";
+  std::string j = fresh(), name = fresh();
+  std::vector<std::string> args;
+  std::string header = assign(name, count) + "scf.for " + j + " = " + l.lo + " to " + l.hi + " step " + l.step;
+  if (count) {
+    header += " iter_args(";
+    for (size_t k = 0; k < count; ++k) {
+      args.push_back(fresh());
+      header += (k ? ", " : "") + args[k] + " = " + l.init[k];
+    }
+    header += ") -> (" + repeated(type, count) + ")";
+  }
+  line(header + " {");
   indent_ += "  ";
-  std::vector<std::string> sres = loop(Mode::kStrided, 0, "%lo", "%n", "%c1", sinit, 1);
-  if (m) line("scf.yield " + join(sres) + " : " + types("f32", m));
+  std::string yield;
+  for (uint32_t u = 0; u < l.unroll; ++u) {
+    std::string ju = j;
+    if (u) {
+      ju = fresh();
+      line(ju + " = arith.addi " + j + ", %cw" + std::to_string(u) + " : index");
+    }
+    Variant v{l.mode, ju, emitter(l.width), {}};
+    std::vector<std::string> vals = body(v);
+    for (size_t k = 0; k < m; ++k) {
+      const std::string& acc = args[u * m + k];
+      yield += std::string(yield.empty() ? "" : ", ") +
+               (accs[k] == Acc::kAdd ? v.e.binary("arith.addf", acc, vals.at(k))
+                                     : v.e.max_nan(acc, vals.at(k)));
+    }
+  }
+  if (count) line("scf.yield " + yield + " : " + repeated(type, count));
   indent_.resize(indent_.size() - 2);
   line("}");
-  return results(name, m);
+  return results(name, count);
 }
 
 std::string KernelEmitter::identity(Acc a, uint32_t width) {

@@ -16,105 +16,116 @@ int tensor_operand(const ir::Node& n, size_t k) {
 
 }  // namespace
 
-// The passes of the row op, in torch's order of operations.
+// The passes of the row op, in torch's order of operations. Producers that
+// others read are stored by the first pass over the row only.
 void KernelEmitter::emit_row() {
-  if (loop_) {  // one pass: load every input, compute the group, store what leaves it
-    pass({}, [&](Variant& v) {
-      for (size_t k = 0; k < kernel_.inputs.size(); ++k) load(v, k);
-      row_inputs(v, true);
-      return std::vector<std::string>{};
-    });
-    return;
+  if (loop_) return emit_loop();
+  if (column_) return emit_column_sum();
+  switch (row_) {
+    case Op::kLayerNormBackward: return emit_layer_norm_backward();
+    case Op::kLayerNorm: return emit_layer_norm();
+    case Op::kSoftmax:
+    case Op::kLogSoftmax:
+    case Op::kSafeSoftmax: return emit_softmax();
+    case Op::kSoftmaxBackward:
+    case Op::kLogSoftmaxBackward: return emit_softmax_backward();
+    default: return emit_reduction();
   }
+}
+
+// kLoop: one pass, load every input, compute the group, store what leaves it.
+void KernelEmitter::emit_loop() {
+  pass({}, [&](Variant& v) {
+    for (size_t k = 0; k < kernel_.inputs.size(); ++k) load(v, k);
+    row_inputs(v, true);
+    return std::vector<std::string>{};
+  });
+}
+
+// A sum / mean / amax over the leading dims: partial sums per column.
+void KernelEmitter::emit_column_sum() {
+  const size_t out0 = output_slot(row_op_, 0);
+  pass({}, [&](Variant& v) {
+    accumulate(v, out0, row_inputs(v, true)[0]);
+    return std::vector<std::string>{};
+  });
+}
+
+// A sum / mean / amax over the last dim: one value per row.
+void KernelEmitter::emit_reduction() {
   ValueEmitter s = emitter(0);
   const size_t out0 = output_slot(row_op_, 0);
-  bool first = true;
-  auto producers_once = [&] {  // producers used outside are stored by the first pass
-    bool f = first;
-    first = false;
-    return f;
-  };
-  if (column_) {
-    bool store_p = producers_once();
-    pass({}, [&](Variant& v) {
-      accumulate(v, out0, row_inputs(v, store_p)[0]);
-      return std::vector<std::string>{};
-    });
-    return;
+  Acc a = row_ == Op::kAmax ? Acc::kMax : Acc::kAdd;
+  std::string r = pass({a}, [&](Variant& v) { return std::vector{row_inputs(v, true)[0]}; })[0];
+  if (row_ == Op::kMeanDims) r = s.binary("arith.divf", r, "%nf");
+  store_row(out0, r);
+}
+
+// softmax, log_softmax, _safe_softmax: max, sum of exp(x - max), scale.
+void KernelEmitter::emit_softmax() {
+  ValueEmitter s = emitter(0);
+  const size_t out0 = output_slot(row_op_, 0);
+  std::string mx = pass({Acc::kMax}, [&](Variant& v) {
+    return std::vector{row_inputs(v, true)[0]};
+  })[0];
+  const bool log = row_ == Op::kLogSoftmax;
+  // _safe_softmax: a row that is all -inf (fully masked attention) is 0,
+  // not NaN: shift it by 0 instead of its max (every exp is then 0) and
+  // scale it by 0 instead of 1/0.
+  std::string masked_row;
+  if (row_ == Op::kSafeSoftmax) {
+    masked_row = s.cmp("oeq", mx, identity(Acc::kMax, 0));
+    mx = s.select(masked_row, s.constant(0.0), mx);
   }
-  if (row_ == Op::kLayerNormBackward) {
-    emit_layer_norm_backward();
-    return;
-  }
-  if (is_reduction()) {
-    Acc a = row_ == Op::kAmax ? Acc::kMax : Acc::kAdd;
-    bool store_p = producers_once();
-    std::string r = pass({a}, [&](Variant& v) { return std::vector{row_inputs(v, store_p)[0]}; })[0];
-    if (row_ == Op::kMeanDims) r = s.binary("arith.divf", r, "%nf");
-    store_row(out0, r);
-    return;
-  }
-  if (row_ == Op::kSoftmax || row_ == Op::kLogSoftmax || row_ == Op::kSafeSoftmax) {
-    bool store_p = producers_once();
-    std::string mx = pass({Acc::kMax}, [&](Variant& v) {
-      return std::vector{row_inputs(v, store_p)[0]};
-    })[0];
-    const bool log = row_ == Op::kLogSoftmax;
-    // _safe_softmax: a row that is all -inf (fully masked attention) is 0,
-    // not NaN: shift it by 0 instead of its max (every exp is then 0) and
-    // scale it by 0 instead of 1/0.
-    std::string masked_row;
-    if (row_ == Op::kSafeSoftmax) {
-      masked_row = s.cmp("oeq", mx, identity(Acc::kMax, 0));
-      mx = s.select(masked_row, s.constant(0.0), mx);
+  std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
+    std::string e = v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
+    if (!log) store(v, out0, e);
+    return std::vector{e};
+  })[0];
+  // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
+  std::string log_sum = log ? s.unary("math.log", sum) : "";
+  std::string inv_sum = log ? "" : s.binary("arith.divf", s.constant(1.0), sum);
+  if (!masked_row.empty()) inv_sum = s.select(masked_row, s.constant(0.0), inv_sum);
+  pass({}, [&](Variant& v) {
+    if (log) {
+      std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
+      store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
+    } else {
+      store(v, out0, v.e.binary("arith.mulf", load_output(v, out0), v.e.splat(inv_sum)));
     }
-    std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
-      std::string e = v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
-      if (!log) store(v, out0, e);
-      return std::vector{e};
-    })[0];
-    // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
-    std::string log_sum = log ? s.unary("math.log", sum) : "";
-    std::string inv_sum = log ? "" : s.binary("arith.divf", s.constant(1.0), sum);
-    if (!masked_row.empty()) inv_sum = s.select(masked_row, s.constant(0.0), inv_sum);
-    pass({}, [&](Variant& v) {
-      if (log) {
-        std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
-        store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
-      } else {
-        store(v, out0, v.e.binary("arith.mulf", load_output(v, out0), v.e.splat(inv_sum)));
-      }
-      return std::vector<std::string>{};
-    });
-    return;
-  }
-  if (row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward) {
-    // softmax:      grad_in = y * (g - sum(g * y))
-    // log_softmax:  grad_in = g - exp(y) * sum(g)
-    const bool log = row_ == Op::kLogSoftmaxBackward;
-    bool store_p = producers_once();
-    std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
-      std::vector<std::string> in = row_inputs(v, store_p);
-      return std::vector{log ? in[0] : v.e.binary("arith.mulf", in[0], in[1])};
-    })[0];
-    pass({}, [&](Variant& v) {
-      std::vector<std::string> in = row_inputs(v, false);
-      std::string r = log ? v.e.binary("arith.subf", in[0],
-                                       v.e.binary("arith.mulf", v.e.exp(in[1]), v.e.splat(sum)))
-                          : v.e.binary("arith.mulf", in[1],
-                                       v.e.binary("arith.subf", in[0], v.e.splat(sum)));
-      store(v, out0, r);
-      return std::vector<std::string>{};
-    });
-    return;
-  }
-  // native_layer_norm(x, [n], weight?, bias?, eps): two passes for the
-  // moments (mean, then the centred sum of squares), one to normalize.
+    return std::vector<std::string>{};
+  });
+}
+
+// softmax:      grad_in = y * (g - sum(g * y))
+// log_softmax:  grad_in = g - exp(y) * sum(g)
+void KernelEmitter::emit_softmax_backward() {
+  const size_t out0 = output_slot(row_op_, 0);
+  const bool log = row_ == Op::kLogSoftmaxBackward;
+  std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
+    std::vector<std::string> in = row_inputs(v, true);
+    return std::vector{log ? in[0] : v.e.binary("arith.mulf", in[0], in[1])};
+  })[0];
+  pass({}, [&](Variant& v) {
+    std::vector<std::string> in = row_inputs(v, false);
+    std::string r = log ? v.e.binary("arith.subf", in[0],
+                                     v.e.binary("arith.mulf", v.e.exp(in[1]), v.e.splat(sum)))
+                        : v.e.binary("arith.mulf", in[1],
+                                     v.e.binary("arith.subf", in[0], v.e.splat(sum)));
+    store(v, out0, r);
+    return std::vector<std::string>{};
+  });
+}
+
+// native_layer_norm(x, [n], weight?, bias?, eps): two passes for the
+// moments (mean, then the centred sum of squares), one to normalize.
+void KernelEmitter::emit_layer_norm() {
+  ValueEmitter s = emitter(0);
+  const size_t out0 = output_slot(row_op_, 0);
   const ir::Node& n = *p_.ops[row_op_].node;
   const int w = tensor_operand(n, 2), b = tensor_operand(n, 3);
-  bool store_p = producers_once();
   std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
-    return std::vector{row_inputs(v, store_p)[0]};
+    return std::vector{row_inputs(v, true)[0]};
   })[0];
   std::string mean = s.binary("arith.divf", sum, "%nf");
   std::string sq = pass({Acc::kAdd}, [&](Variant& v) {

@@ -190,8 +190,12 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
       std::string zero = constant(0.0);
       return select(cmp("ugt", in.at(0), zero), in.at(0), zero);
     }
-    case Op::kThresholdBackward:  // grad where self > threshold, else 0
-      return select(cmp("ole", in.at(1), scalar_operand(op, 2)), constant(0.0), in.at(0));
+    case Op::kThresholdBackward: {  // grad where self > threshold, else 0
+      // Named first: argument order is unspecified, and the kernel text
+      // (a cache key) must not depend on the compiler.
+      std::string t = scalar_operand(op, 2);
+      return select(cmp("ole", in.at(1), t), constant(0.0), in.at(0));
+    }
     default: break;
   }
   throw std::logic_error("an op without codegen (ops.def) reached the emitter: " +
