@@ -1,9 +1,6 @@
 #include "lowering/ops.h"
 
-#include <deque>
-#include <mutex>
-#include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "lowering/ir/node.h"
 
@@ -13,41 +10,38 @@ namespace {
 
 enum Codegen : bool { kNone = false, kEmit = true };
 
-const std::unordered_map<std::string, OpInfo>& rows() {
-  static const auto* table = [] {
-    auto* m = new std::unordered_map<std::string, OpInfo>();
-#define DISC_OP(id, name, cls, codegen) (*m)[name] = OpInfo{Op::id, OpClass::cls, codegen};
+// Rows by interned id. Every name of ops.def is interned when the table is
+// built, so an id beyond it, or a hole in it, is an op in no row: the
+// table is read without a lock on every op an executor runs.
+struct Table {
+  std::vector<OpInfo> by_id;
+  uint32_t data_op = 0;
+};
+
+const Table& table() {
+  static const Table t = [] {
+    Table t;
+    t.data_op = ir::data_op();
+    auto add = [&](const char* name, OpInfo info) {
+      const uint32_t id = ir::intern_op(name);
+      if (id >= t.by_id.size()) t.by_id.resize(id + 1);
+      t.by_id[id] = info;
+    };
+#define DISC_OP(id, name, cls, codegen) add(name, OpInfo{Op::id, OpClass::cls, codegen});
 #include "lowering/ops.def"
 #undef DISC_OP
-    return m;
+    return t;
   }();
-  return *table;
+  return t;
 }
 
 }  // namespace
 
 const OpInfo& op_info(uint32_t op) {
-  // Interned ids are dense and few: rows by id, filled on first sight. A
-  // deque keeps the references handed out valid as it grows.
-  static std::mutex mu;
-  static std::deque<OpInfo> by_id;
-  static std::deque<bool> known;
   static const OpInfo data{Op::kOther, OpClass::kData, false}, opaque{};
-  std::lock_guard<std::mutex> lock(mu);
-  if (op >= by_id.size()) {
-    by_id.resize(op + 1);
-    known.resize(op + 1, false);
-  }
-  if (!known[op]) {
-    if (op == ir::data_op()) {
-      by_id[op] = data;
-    } else {
-      auto it = rows().find(ir::op_name(op));
-      by_id[op] = it == rows().end() ? opaque : it->second;
-    }
-    known[op] = true;
-  }
-  return by_id[op];
+  const Table& t = table();
+  if (op == t.data_op) return data;
+  return op < t.by_id.size() ? t.by_id[op] : opaque;
 }
 
 std::string_view op_class_name(OpClass c) {
