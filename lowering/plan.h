@@ -157,7 +157,6 @@ struct ExecutionPlan {
   std::vector<std::optional<LibraryCall>> library;  // per op (library-calls)
   std::vector<Step> steps;               // schedule, buffer-plan, publish-plan
 
-  bool empty() const { return steps.empty() && kernels.empty() && library.empty(); }
   // Printed after the program by Program::to_string (disc-opt).
   std::string to_string() const;
 };

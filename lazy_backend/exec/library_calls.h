@@ -6,7 +6,7 @@
 // Convolutions: conv_calls.h.
 //
 // Metrics: library.onednn, library.aten, library.aten.<op> and
-// library.aten_reason.<dtype|scale|bias|op>,
+// library.aten_reason.<dtype|scale|bias>,
 // library.epilogues, library.operand_copies (a view oneDNN cannot read),
 // onednn.primitives_created, onednn.primitive_reuses.
 #pragma once
