@@ -24,6 +24,7 @@ from . import device_module as _device_module  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402
 from .autograd import install as _install_autograd  # noqa: E402
+from ._module_conversion import install as _install_module_conversion  # noqa: E402
 from ._optimizer_hook import install as _install_optimizer_hook  # noqa: E402
 from ._printing import install as _install_printing  # noqa: E402
 
@@ -35,6 +36,7 @@ torch._register_device_module("disc", _device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
+_install_module_conversion()  # after the generated Module.disc exists
 _install_optimizer_hook()
 _install_autograd()
 _install_printing()

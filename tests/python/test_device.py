@@ -20,14 +20,17 @@ def test_device_module():
     assert not torch_disc._C.is_pending(x)
 
 
-def test_module_to_replaces_parameters():
+def test_module_to_keeps_its_parameter_objects():
+    # As .to("cuda") does: tied weights and optimizers built before stay
+    # valid (test_module_conversion.py).
     m = torch.nn.Linear(4, 3)
-    w_cpu = m.weight
+    w = m.weight
+    values = w.detach().clone()
     m.to("disc")
-    assert m.weight is not w_cpu
+    assert m.weight is w
     assert isinstance(m.weight, torch.nn.Parameter)
     assert m.weight.device.type == "disc" and m.weight.requires_grad
-    torch.testing.assert_close(m.weight.cpu(), w_cpu.detach())
+    torch.testing.assert_close(m.weight.cpu(), values)
 
 
 def test_rng_state_round_trip():
