@@ -280,6 +280,10 @@ class CompiledExecutable final : public Executable {
         into[j] = t;
         taken[i] = true;
         ++reused;
+        // The kernel writes this buffer: bump its version as an in-place
+        // ATen op would (replay.cpp), or a weight packed from it before
+        // (prepack.h, keyed by buffer and version) would be read again.
+        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
         break;
       }
     }

@@ -169,6 +169,36 @@ def test_packed_weights_are_refreshed_after_load_state_dict_and_in_place_updates
         torch.testing.assert_close(got, fresh(x), rtol=1e-5, atol=1e-5)
 
 
+def test_a_weight_two_gemms_read_is_repacked_after_each_optimizer_update(settings):
+    # A layer applied twice in one step (an RNN, checkpointing): its weight
+    # is packed once per step. Adam's update, a generated kernel, writes the
+    # new weight into the old buffer; without a version bump the next step
+    # read the packed copy of the weight before the update and stopped
+    # learning (losses .07518 .03263 .0294 .02636 against CPU's .0132 .00679).
+    torch_disc._C.set_prepack(True)
+
+    def losses(dev):
+        torch.manual_seed(0)
+        m = nn.Linear(16, 16).to(dev)
+        opt = torch.optim.Adam(m.parameters(), lr=0.01)
+        x = torch.ones(4, 16).to(dev)
+        out = []
+        for _ in range(4):
+            opt.zero_grad()
+            loss = m(torch.tanh(m(x))).square().mean()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    torch_disc.metrics.reset()
+    got = losses("disc")
+    c = torch_disc.metrics.counters()
+    assert got == pytest.approx(losses("cpu"), rel=1e-4)
+    assert c.get("inplace.kernel_outputs", 0) > 0  # the update does land in the old buffer
+    assert c.get("prepack.misses", 0) >= 4  # packed again every step
+
+
 def test_a_dead_weight_leaves_the_packed_cache(settings):
     torch_disc._C.set_prepack(True)  # starts from an empty cache
     model = mlp().to("disc")
