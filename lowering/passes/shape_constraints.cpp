@@ -144,12 +144,32 @@ class Rules {
       eq(a, r - 1, b, r - 2);
       if (first == 1) broadcast(in(i, 0), out);
     } else if (kind == Op::kConvolution) {
-      eq(in(i, 0), 0, out, 0);  // batch
-      eq(in(i, 1), 0, out, 1);  // output channels
-      eq(in(i, 0), 1, in(i, 1), 1);
+      conv(i);
     } else if (kind == Op::kConvolutionBackward) {
       same_shape(in(i, 1), {i, 0});  // grad_input ~ input
       same_shape(in(i, 2), {i, 1});  // grad_weight ~ weight
+    }
+  }
+  // convolution(input, weight, bias?, stride, padding, dilation, transposed,
+  // output_padding, groups). The weight is [out, in / groups, ...], or
+  // [in, out / groups, ...] when transposed: a channel count equals a weight
+  // dim only where no group divides it. A depthwise conv's weight dim 1 is
+  // 1: equating the input's channels with it would make them "size 1", and
+  // a kernel producing them would read its rows as broadcast.
+  void conv(uint32_t i) {
+    const ir::Node& n = *p_.ops[i].node;
+    const Ref input = in(i, 0), weight = in(i, 1), out{i, 0};
+    const ir::Attr* transposed = n.attr_operand(6);
+    const ir::Attr* groups = n.attr_operand(8);
+    if (!transposed || !groups) return;
+    eq(input, 0, out, 0);  // batch
+    const bool ungrouped = groups->i == 1;
+    if (transposed->i) {
+      eq(input, 1, weight, 0);
+      if (ungrouped) eq(weight, 1, out, 1);
+    } else {
+      eq(weight, 0, out, 1);
+      if (ungrouped) eq(input, 1, weight, 1);
     }
   }
   void layout(uint32_t i, Op kind) {

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_disc
+
 from conftest import counted, mnist_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -192,3 +194,24 @@ def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
 def test_disc_conv_aten_runs_every_convolution_on_aten():
     assert cnn_step_counters_in_child({"DISC_CONV": "aten"}, "library.aten_reason.disabled",
                                       "onednn.reorders") == [4, 0]
+
+
+@pytest.mark.parametrize("conv", ["nhwc", "nchw", "aten"])
+def test_layer_norm_over_channels_last_then_a_depthwise_conv(conv, executor):
+    # A ConvNeXt block's order: layer norm over the channels of a permuted
+    # activation, back, then a depthwise conv. Its weight's dim 1 (1) once
+    # named the input's channels "size 1", and the layer norm kernel read
+    # each row as one broadcast value (max error 2.06 against |y| <= 2.14).
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 6, 6)
+    dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+    def run(dev):
+        t = x.to(dev).permute(0, 2, 3, 1)
+        t = F.layer_norm(t, (8,)).permute(0, 3, 1, 2)
+        return F.conv2d(t, dw.weight.detach().to(dev), dw.bias.detach().to(dev), padding=1, groups=8)
+
+    executor("compiled")
+    with torch_disc.options.override(DISC_CONV=conv):
+        got = run("disc").cpu()
+    torch.testing.assert_close(got, run("cpu"), rtol=1e-5, atol=1e-5)
