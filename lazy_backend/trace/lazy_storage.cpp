@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/CPUAllocator.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <map>
 
 #include "lazy_backend/trace/node_builder.h"
@@ -148,7 +150,24 @@ void LazyStorage::grow(size_t nbytes) {
   views_.clear();
 }
 
+namespace {
+
+// A forked child has a copy of the parent's traces and none of its graph
+// worker, whose results they may be waiting for: like CUDA, disc refuses to
+// run there, at once and saying why, instead of hanging (a DataLoader
+// worker over a dataset of disc tensors used to wait forever).
+std::atomic<bool> g_forked_child{false};
+const bool fork_watch_installed =
+    (pthread_atfork(nullptr, nullptr, [] { g_forked_child.store(true); }), true);
+
+}  // namespace
+
 LazyStorage& lazy_storage_of(const at::Tensor& t) {
+  TORCH_CHECK(!g_forked_child.load(std::memory_order_relaxed),
+              "disc: disc tensors cannot be used in a forked child process (as CUDA tensors "
+              "cannot): a DataLoader worker over a dataset holding disc tensors is one. Keep "
+              "the dataset on the CPU and move each batch in the training loop "
+              "(batch.to(\"disc\")), or use num_workers=0.");
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "disc: expected a disc tensor, got one on ", t.device());
   void* ctx = t.storage().data_ptr().get_context();

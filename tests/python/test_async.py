@@ -11,6 +11,8 @@ generator; forking waits for the graph in flight.
 """
 import multiprocessing
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -207,3 +209,22 @@ def test_dropout_keeps_one_minus_p_and_scales_like_cpu(counters):
     assert torch.equal(F.dropout(x.detach(), 0.3, training=False).cpu(), x.detach().cpu())
     assert F.dropout(torch.ones(0, device="disc"), 0.5).cpu().shape == (0,)
     assert counters().get("replay.global_generator", 0) == 0
+
+
+def test_a_dataloader_worker_over_disc_tensors_fails_at_once_saying_why():
+    # The workers fork with copies of disc tensors whose graph worker does
+    # not exist in the child: they used to hang the loader forever. Now the
+    # first disc op in a child raises, and the loader re-raises it.
+    code = (
+        "import torch, torch_disc\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class D(Dataset):\n"
+        "    def __init__(self): self.x = torch.randn(8, 3).to('disc')\n"
+        "    def __len__(self): return 8\n"
+        "    def __getitem__(self, i): return self.x[i]\n"
+        "for b in DataLoader(D(), batch_size=4, num_workers=2): pass\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode != 0
+    assert "cannot be used in a forked child process" in out.stderr
+    assert "in __getitem__" in out.stderr  # the user's line
