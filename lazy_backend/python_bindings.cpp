@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 
 #include <cstring>
+#include <thread>
 
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/exec/executor.h"
@@ -70,6 +71,24 @@ bool is_pending(const at::Tensor& t) {
 
 at::Generator& mutable_generator() { return default_disc_generator(); }
 
+// The thread that imported torch_disc: Python runs signal handlers there.
+std::thread::id& main_thread() {
+  static std::thread::id id;
+  return id;
+}
+
+// A pending signal's exception (KeyboardInterrupt for Ctrl-C), raised into
+// the host waiting on the main thread; torch's bindings hand it back to
+// Python. torch lets go of the GIL around ops (loss.item() waits without
+// it), so the check takes it for a moment: our bindings that take the trace
+// lock release the GIL first, so no thread holds the GIL waiting for a
+// lock this one holds.
+void raise_pending_signal() {
+  if (!Py_IsInitialized() || std::this_thread::get_id() != main_thread()) return;
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
 // An option's value as Python sees it: bool, int or str.
 py::object option_value(const options::Info& o) {
   switch (o.type) {
@@ -130,8 +149,9 @@ void bind_sync(py::module_& m) {
   m.def("set_async", &set_async_enabled, py::call_guard<py::gil_scoped_release>(),
         "Graphs run on the graph worker (True) or on the syncing thread");
   m.def("is_async", &async_enabled);
-  m.def("graph_text", &graph_text, "IR of the pending graph computing these tensors");
-  m.def("is_pending", &is_pending);
+  m.def("graph_text", &graph_text, py::call_guard<py::gil_scoped_release>(),
+        "IR of the pending graph computing these tensors");
+  m.def("is_pending", &is_pending, py::call_guard<py::gil_scoped_release>());
   m.def("python_location", &python_location);
 }
 
@@ -228,6 +248,8 @@ void bind_generator(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   using namespace disc;
   set_python_location_provider(&current_python_location);
+  main_thread() = std::this_thread::get_id();
+  set_interrupt_check(&raise_pending_signal);
   register_structured_captures();
   m.doc() = "torch_disc native backend";
   bind_sync(m);

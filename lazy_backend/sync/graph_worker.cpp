@@ -31,16 +31,18 @@ class Worker {
     ready_.notify_one();
   }
 
-  bool wait() {
+  bool wait(bool interruptible) {
     std::unique_lock<std::mutex> lock(mu_);
     const bool had = outstanding_ > 0;
-    idle_.wait(lock, [&] { return outstanding_ == 0; });
+    auto idle = [&] { return outstanding_ == 0; };
+    if (interruptible) wait_interruptibly(idle_, lock, idle);
+    else idle_.wait(lock, idle);
     return had;
   }
 
   void wait_for_room() {
     std::unique_lock<std::mutex> lock(mu_);
-    wait_for_room_locked(lock);
+    wait_interruptibly(idle_, lock, [&] { return outstanding_ < kMaxOutstanding; });
   }
 
   bool busy() {
@@ -147,7 +149,17 @@ void run_on_worker(std::function<void()> work) {
   });
 }
 
-bool wait_for_worker() { return worker().wait(); }
+bool wait_for_worker() { return worker().wait(false); }
+bool wait_for_worker_interruptibly() { return worker().wait(true); }
+
+namespace {
+std::atomic<void (*)()> g_interrupt_check{nullptr};
+}  // namespace
+
+void set_interrupt_check(void (*check)()) { g_interrupt_check = check; }
+void check_interrupt() {
+  if (void (*check)() = g_interrupt_check.load()) check();
+}
 void wait_for_room() { worker().wait_for_room(); }
 bool worker_busy() { return worker().busy(); }
 

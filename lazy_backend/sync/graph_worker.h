@@ -6,6 +6,8 @@
 // thread that syncs instead.
 #pragma once
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -25,8 +27,31 @@ void run_on_worker(std::function<void()> work);
 
 // Waits until the worker has finished its work (true if there was any).
 bool wait_for_worker();
-// Waits until run_on_worker would not wait: all but the newest work done.
+// The same where the host may stop waiting: raises when a signal (Ctrl-C)
+// is pending, checked every 100 ms (check_interrupt). The work goes on.
+bool wait_for_worker_interruptibly();
+// Waits until run_on_worker would not wait: all but the newest work done;
+// interruptible too.
 void wait_for_room();
+
+// Set by the Python bindings: raises KeyboardInterrupt (or what a signal
+// handler raised) when a signal is pending for this process. A host that
+// waits for the worker checks it every 100 ms, so Ctrl-C is not held until
+// a long graph ends. Never called on the worker, in fork or exit handlers,
+// or where a raise would leave work half handed over.
+void set_interrupt_check(void (*check)());
+void check_interrupt();
+
+// Waits on `cv` under `lock` until `done()`, checking for interrupts with
+// the lock let go (the check may wait for the GIL).
+template <class Done>
+void wait_interruptibly(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Done done) {
+  while (!cv.wait_for(lock, std::chrono::milliseconds(100), done)) {
+    lock.unlock();
+    check_interrupt();
+    lock.lock();
+  }
+}
 // Whether the worker is running work now.
 bool worker_busy();
 

@@ -164,7 +164,7 @@ bool older_launch_failed() {
 // first error. Every future data leaf is resolved afterwards.
 std::exception_ptr settle() {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  wait_for_worker();
+  wait_for_worker_interruptibly();
   std::deque<std::shared_ptr<Launch>> launches = std::move(in_flight());
   in_flight().clear();
   std::exception_ptr first;

@@ -93,7 +93,7 @@ const at::Tensor& TensorData::get() {
       constexpr int64_t kSpinUs = 1000;
       poll_for(kSpinUs, [&] { return state() != kPending; });
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return state() != kPending; });
+      wait_interruptibly(cv_, lock, [&] { return state() != kPending; });
     }
     if (state() == kOrphaned) {
       if (void (*settle)() = g_settle.load()) settle();

@@ -228,3 +228,33 @@ def test_a_dataloader_worker_over_disc_tensors_fails_at_once_saying_why():
     assert out.returncode != 0
     assert "cannot be used in a forked child process" in out.stderr
     assert "in __getitem__" in out.stderr  # the user's line
+
+
+def test_ctrl_c_reaches_a_host_waiting_for_a_long_graph():
+    # A read waits for the graph worker without the GIL (torch lets go of it
+    # around ops); the wait checks for pending signals every 100 ms, so
+    # KeyboardInterrupt arrives while the graph still runs (it took until
+    # the graph ended), and the value can be read afterwards.
+    code = (
+        "import os, signal, threading, time, torch, torch_disc\n"
+        "torch.set_num_threads(1)\n"
+        "x = torch.randn(2048, 2048, device='disc')\n"
+        "for _ in range(30):\n"
+        "    x = torch.tanh(x @ x / 2048)\n"
+        "s = x.sum()\n"
+        "torch_disc.sync()\n"
+        "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "start = time.time()\n"
+        "try:\n"
+        "    s.item()\n"
+        "    print('no interrupt')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', time.time() - start, torch_disc._C.is_pending(s))\n"
+        "print('value', s.item())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    assert words[0] == "interrupted", out.stdout
+    assert float(words[1]) < 1.5  # the graph itself runs for seconds
+    assert words[-2] == "value" and words[-1] != "nan"
