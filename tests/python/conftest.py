@@ -72,3 +72,12 @@ def mnist_step(model_name, batch, seed=0):
         loss.backward()
         return [loss.detach()] + [p.grad for p in model.parameters()]
     return step
+
+
+def run_python(code, timeout=300, **env):
+    """Runs ``code`` in a new Python process that imports this checkout's
+    torch_disc, with ``env`` added to the environment."""
+    import subprocess
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **env))

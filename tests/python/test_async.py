@@ -11,14 +11,14 @@ generator; forking waits for the graph in flight.
 """
 import multiprocessing
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_disc
+
+from conftest import run_python
 from test_host_cache import mlp_steps
 
 
@@ -223,8 +223,7 @@ def test_a_dataloader_worker_over_disc_tensors_fails_at_once_saying_why():
         "    def __len__(self): return 8\n"
         "    def __getitem__(self, i): return self.x[i]\n"
         "for b in DataLoader(D(), batch_size=4, num_workers=2): pass\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    out = run_python(code, timeout=120)
     assert out.returncode != 0
     assert "cannot be used in a forked child process" in out.stderr
     assert "in __getitem__" in out.stderr  # the user's line
@@ -251,8 +250,7 @@ def test_ctrl_c_reaches_a_host_waiting_for_a_long_graph():
         "except KeyboardInterrupt:\n"
         "    print('interrupted', time.time() - start, torch_disc._C.is_pending(s))\n"
         "print('value', s.item())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     words = out.stdout.split()
     assert words[0] == "interrupted", out.stdout
