@@ -38,5 +38,10 @@ struct OpInfo {
 const OpInfo& op_info(uint32_t op);
 inline Op op_of(uint32_t op) { return op_info(op).op; }
 inline OpClass classify(uint32_t op) { return op_info(op).cls; }
+// convolution or convolution_backward.
+inline bool is_convolution(uint32_t op) {
+  const Op o = op_of(op);
+  return o == Op::kConvolution || o == Op::kConvolutionBackward;
+}
 
 }  // namespace disc::lowering

@@ -24,17 +24,12 @@ namespace disc::lowering {
 
 namespace {
 
-bool is_conv(uint32_t op) {
-  const Op o = op_of(op);
-  return o == Op::kConvolution || o == Op::kConvolutionBackward;
-}
-
 // Readers that see an NHWC tensor as the same values: element-wise ops
 // (ATen's and generated kernels, which take strides), pooling and
 // convolutions.
 bool layout_agnostic(uint32_t op) {
   const Op o = op_of(op);
-  return o == Op::kMaxPool2d || o == Op::kMaxPool2dBackward || is_conv(op) ||
+  return o == Op::kMaxPool2d || o == Op::kMaxPool2dBackward || is_convolution(op) ||
          classify(op) == OpClass::kElementwise;
 }
 
@@ -80,7 +75,7 @@ void plan_reader(const Program& p, uint32_t i, Readers& r, LayoutPlan& plan) {
                           p.ops[in.node].node->outputs[in.index].sizes.size() == 4);
   }
   if (!any || !layout_agnostic(op.node->op)) return;
-  plan.match_inputs[i] = nchw_4d && !is_conv(op.node->op) && op.group < 0;
+  plan.match_inputs[i] = nchw_4d && !is_convolution(op.node->op) && op.group < 0;
   for (size_t k = 0; k < r.may_nhwc[i].size(); ++k) r.may_nhwc[i][k] = !r.needs_nchw[i][k];
   if (std::find(r.needs_nchw[i].begin(), r.needs_nchw[i].end(), true) != r.needs_nchw[i].end())
     plan.to_nchw[i] = r.needs_nchw[i];
@@ -117,7 +112,7 @@ void plan_layouts(Program& p) {
   for (uint32_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.erased || op.cls == OpClass::kData) continue;
-    if (is_conv(op.node->op) && !conv_library_declines(p, i)) {
+    if (is_convolution(op.node->op) && !conv_library_declines(p, i)) {
       // NHWC unless a reader (of the relu epilogue, if any) needs NCHW.
       plan.nhwc_out[i] = r.may_nhwc[i][0] = !r.needs_nchw[i][0];
       continue;

@@ -27,11 +27,6 @@ bool is_gemm(uint32_t op) {
   return o == Op::kMm || o == Op::kAddmm || o == Op::kBmm;
 }
 
-bool is_conv(uint32_t op) {
-  const Op o = op_of(op);
-  return o == Op::kConvolution || o == Op::kConvolutionBackward;
-}
-
 // Ops that only relayout a matrix: a GEMM reading W through them reads W.
 bool relayouts(uint32_t op) {
   const Op o = op_of(op);
@@ -66,7 +61,7 @@ LibraryCall call_for(const Program& p, uint32_t i) {
   if (is_gemm(op.node->op)) {
     call.kind = LibraryCall::Kind::kGemm;
     call.weight_param = weight_param_of(p, i);
-  } else if (is_conv(op.node->op)) {
+  } else if (is_convolution(op.node->op)) {
     call.kind = LibraryCall::Kind::kConv;
     call.declined = conv_library_declines(p, i);
     call.nhwc = options::text(options::Id::kConv) == "nhwc";
