@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "lazy_backend/device/rng.h"
@@ -98,18 +99,24 @@ py::object option_value(const options::Info& o) {
   }
 }
 
-// Sets option `name` in-process, with what a change of it implies: graphs
-// compiled under the old value are dropped (kCompile), the graph worker
-// finishes before DISC_ASYNC changes, packed weights go with DISC_PREPACK.
+// Changes option `id` by `change` with what a change of it implies: the
+// graph worker finishes before DISC_ASYNC changes, graphs compiled under
+// the old value are dropped (kCompile), packed weights go with
+// DISC_PREPACK. Every in-process setter goes through here.
+void change_option(options::Id id, const std::function<void()>& change) {
+  if (id == options::Id::kAsync) wait_for_worker();
+  change();
+  if (options::info(id).effect == options::Effect::kCompile) clear_compile_cache();
+  if (id == options::Id::kPrepack) clear_packed_weights();
+}
+
+// Sets option `name` in-process (change_option).
 void set_option(const std::string& name, const py::object& value) {
-  const options::Info& o = options::info(name);
+  const options::Id id = options::info(name).id;
   const std::string text = py::isinstance<py::bool_>(value) ? (value.cast<bool>() ? "1" : "0")
                                                              : py::str(value).cast<std::string>();
   py::gil_scoped_release no_gil;
-  if (o.id == options::Id::kAsync) wait_for_worker();
-  options::set(o.id, text);
-  if (o.effect == options::Effect::kCompile) clear_compile_cache();
-  if (o.id == options::Id::kPrepack) clear_packed_weights();
+  change_option(id, [&] { options::set(id, text); });
 }
 
 py::list option_list() {
@@ -193,18 +200,18 @@ void bind_options(py::module_& m) {
   m.def("get_option", [](const std::string& name) { return option_value(options::info(name)); });
   m.def("set_option", &set_option, "Sets a DISC_* option in-process (see docs/env_vars.md)");
   m.def("reset_option", [](const std::string& name) {
+    const options::Id id = options::info(name).id;
     py::gil_scoped_release no_gil;
-    options::reset(options::info(name).id);
-    clear_compile_cache();
-  }, "An option back to its environment value or default; clears the compile cache");
+    change_option(id, [&] { options::reset(id); });
+  }, "An option back to its environment value or default, with what that implies");
   m.def("set_executor", [](const std::string& name) {
-    set_active_executor(name);
-    clear_compile_cache();
+    change_option(options::Id::kExecutor, [&] { set_active_executor(name); });
   }, "Runs new graphs on 'compiled' or 'reference'; clears the compile cache");
   m.def("set_gemm_merge", [](bool on, bool batched) {
-    options::set(options::Id::kGemmMerge, on ? "1" : "0");
-    options::set(options::Id::kGemmMergeBatched, batched ? "1" : "0");
-    clear_compile_cache();
+    change_option(options::Id::kGemmMerge, [&] {
+      options::set(options::Id::kGemmMerge, on ? "1" : "0");
+      options::set(options::Id::kGemmMergeBatched, batched ? "1" : "0");
+    });
   }, py::arg("on"), py::arg("batched") = false,
      "GEMM merge on / off (and batched merging of independent GEMMs); clears the compile cache");
   m.def("gemm_merge", [] {
@@ -212,8 +219,7 @@ void bind_options(py::module_& m) {
                           options::flag(options::Id::kGemmMergeBatched));
   });
   m.def("set_prepack", [](bool on) {
-    set_prepack(on);
-    clear_packed_weights();
+    change_option(options::Id::kPrepack, [&] { set_prepack(on); });
   }, "Pre-packed GEMM weights on / off; drops the packed ones");
 }
 
