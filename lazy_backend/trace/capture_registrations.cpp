@@ -11,6 +11,10 @@
 //    that CPU cannot replay (convolution -> convolution_overrideable); they
 //    are recorded as themselves.
 //  * Storage and metadata ops have dedicated kernels (memory_kernels.cpp).
+//  * native_batch_norm updates running_mean / running_var in training, but
+//    its schema does not say so: it is recorded as _native_batch_norm_legit
+//    (or its eval and no-stats forms), whose schemas do.
+#include <ATen/Functions.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -49,6 +53,20 @@ constexpr const char* kRecordedWhole[] = {
     "mul_.Scalar",
 };
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  const bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
+  if (!stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
+  if (!training)
+    return at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var,
+                                                    momentum, eps);
+  // The tensors are written through their storages: the const is the schema's.
+  at::Tensor mean = *running_mean, var = *running_var;
+  return at::_native_batch_norm_legit(input, weight, bias, mean, var, training, momentum, eps);
+}
+
 }  // namespace
 
 size_t register_structured_captures() {
@@ -61,6 +79,8 @@ size_t register_structured_captures() {
     lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
     ++count;
   }
+  lib->impl("native_batch_norm", TORCH_FN(native_batch_norm));
+  ++count;
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;

@@ -197,3 +197,21 @@ def test_views_that_cancel_or_chain_match_cpu_and_backward(executor):
         out.backward()
         torch.testing.assert_close(out.detach().cpu(), f(base), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(x.grad.cpu(), want_x.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("module", [torch.nn.BatchNorm1d, torch.nn.BatchNorm2d])
+def test_batch_norm_updates_its_running_statistics_as_on_cpu(module, counters):
+    # native_batch_norm writes running_mean / running_var without saying so
+    # in its schema: recorded as it is, training left them at zeros and ones.
+    torch.manual_seed(0)
+    cpu = module(4)
+    disc = module(4).to("disc")
+    shape = (8, 4) if module is torch.nn.BatchNorm1d else (8, 4, 3, 3)
+    for training in (True, True, False):
+        cpu.train(training)
+        disc.train(training)
+        x = torch.randn(shape)
+        torch.testing.assert_close(disc(x.to("disc")).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+    for name, buf in cpu.named_buffers():
+        torch.testing.assert_close(getattr(disc, name).cpu(), buf, rtol=1e-5, atol=1e-6, msg=name)
+    assert counters().get("fallbacks", 0) == 0
