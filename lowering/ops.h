@@ -38,6 +38,11 @@ struct OpInfo {
 const OpInfo& op_info(uint32_t op);
 inline Op op_of(uint32_t op) { return op_info(op).op; }
 inline OpClass classify(uint32_t op) { return op_info(op).cls; }
+// Whether running the op may fail on what its inputs hold (an index out of
+// range, a target outside the classes): opaque ops run an ATen kernel that
+// may check its data. The ops of the table fail only on shapes and dtypes,
+// which the trace has checked already.
+inline bool may_fail_on_data(uint32_t op) { return classify(op) == OpClass::kOpaque; }
 // convolution or convolution_backward.
 inline bool is_convolution(uint32_t op) {
   const Op o = op_of(op);

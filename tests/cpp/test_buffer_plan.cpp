@@ -76,3 +76,19 @@ TEST(BufferPlan, ALoopKernelMayWriteIntoInputsItReadsLast) {
     EXPECT_EQ(s.last_read[i], in != index_of(p, keep) && in != index_of(p, lr)) << i;
   }
 }
+
+TEST(BufferPlan, NoParameterIsWrittenBeforeTheLastStepThatMayFailOnItsData) {
+  // An SGD update of w that does not depend on an index op scheduled after
+  // it: the update must not take w's buffer, or a bad index would leave w
+  // updated after the graph failed. Traced the other way round, it may.
+  for (const bool index_first : {false, true}) {
+    GraphBuilder b;
+    auto w = b.param({64}), g = b.param({64}), table = b.param({10}), ids = b.param({4});
+    auto rows = b.op("aten::index_select", {table, ids}, {4});
+    auto upd = b.op_mutating("aten::add_.Tensor", {w, g}, 0, {64});
+    Program p = compiled(index_first ? std::vector{rows, upd} : std::vector{upd, rows});
+    const Step& update = step_running(p, index_of(p, upd));
+    EXPECT_EQ(&update < &step_running(p, index_of(p, rows)), !index_first);
+    EXPECT_EQ(update.last_read.empty(), !index_first) << index_first;
+  }
+}
