@@ -150,7 +150,8 @@ auto after_worker(F f) {
 
 // Syncs, the graph worker, and what is pending.
 void bind_sync(py::module_& m) {
-  m.def("sync", &disc::sync, py::arg("cause") = "user", py::call_guard<py::gil_scoped_release>());
+  m.def("sync", [](const std::string& cause) { disc::sync(cause); }, py::arg("cause") = "user",
+        py::call_guard<py::gil_scoped_release>());
   m.def("wait", &disc::wait, py::call_guard<py::gil_scoped_release>(),
         "Waits for the graph of the last sync; raises its error");
   m.def("set_async", &set_async_enabled, py::call_guard<py::gil_scoped_release>(),

@@ -104,14 +104,20 @@ class CompiledExecutable final : public Executable {
                                 : std::nullopt);
   }
 
-  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish) override {
+  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish, RunFailure* failure) override {
     ExecutorAllocations from_host_cache;  // host_cache.h: no heap churn per step
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
     RunCounts n;
     const size_t n_steps = plan_.steps.size();
     for (size_t s = 0; s < n_steps; ++s) {
-      if (profile_) run_step_timed(s, g, values, n);
-      else run_step(s, g, values, n);
+      try {
+        if (profile_) run_step_timed(s, g, values, n);
+        else run_step(s, g, values, n);
+        if (n.inputs_overwritten && !n.update_fault_checked) throw_injected_update_fault(n);
+      } catch (...) {
+        if (failure) failure->inputs_overwritten = n.inputs_overwritten;
+        throw;
+      }
       const lowering::Step& step = plan_.steps[s];
       if (publish && !step.publish.empty()) {
         for (uint32_t o : step.publish) {
@@ -139,6 +145,8 @@ class CompiledExecutable final : public Executable {
   struct RunCounts {
     int64_t fused = 0, aten = 0, parallel_parts = 0, released = 0;
     int64_t early = 0;  // outputs published before the last step
+    bool inputs_overwritten = false;  // see RunFailure
+    bool update_fault_checked = false;
     void file() const {
       static metrics::Named launched("kernels_launched"), n_fused("launches.fused"),
           n_aten("launches.aten"), parts("launches.parallel_parts"),
@@ -154,6 +162,13 @@ class CompiledExecutable final : public Executable {
       n_early += early;
     }
   };
+
+  // DISC_INJECT_FAULT=update: fail as running out of memory in an optimizer
+  // update would, after the first write into an input.
+  static void throw_injected_update_fault(RunCounts& n) {
+    n.update_fault_checked = true;
+    if (fault_injected("update")) throw std::runtime_error("DISC_INJECT_FAULT=update");
+  }
 
   // DISC_PROFILE=1: the step's wall time, filed under its label.
   void run_step_timed(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
@@ -186,7 +201,7 @@ class CompiledExecutable final : public Executable {
     switch (step.kind) {
       case lowering::Step::Kind::kKernel: {
         const Kernel& k = kernels_[step.kernel];
-        n.parallel_parts += launch_fused_kernel(k.spec, k.fn, g, values, reusable_buffers(step, g, values));
+        n.parallel_parts += launch_fused_kernel(k.spec, k.fn, g, values, reusable_buffers(step, g, values, n));
         ++n.fused;
         return;
       }
@@ -204,7 +219,7 @@ class CompiledExecutable final : public Executable {
         std::vector<at::Tensor> ins = inputs_of(i, values);
         if (plan_.layouts.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
         std::vector<bool> in_place;
-        if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins);
+        if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins, n);
         values[i] = replay(*replay_ops_[s], *g.nodes[i].node, std::move(ins),
                            in_place.empty() ? nullptr : &in_place);
         ++n.aten;
@@ -225,13 +240,14 @@ class CompiledExecutable final : public Executable {
   // shared with another tensor (a view, a CPU tensor the user holds) and, for
   // a parameter, not still the data of a storage this sync keeps.
   std::vector<bool> writable_in_place(const lowering::Step& step, const ir::Graph& g,
-                                      const std::vector<at::Tensor>& ins) const {
+                                      const std::vector<at::Tensor>& ins, RunCounts& n) const {
     const lowering::ProgramOp& op = program_.ops[step.op];
     std::vector<bool> ok = step.last_read;
     for (size_t j = 0; j < ok.size(); ++j) {
       if (!ok[j]) continue;
       const uint32_t m = g.nodes[step.op].node->mutated[j];  // program_ nodes are gone
       ok[j] = sole_buffer(g, op.inputs[m].node, ins[m], 2);  // values[] and `ins`
+      n.inputs_overwritten |= ok[j] && g.nodes[op.inputs[m].node].param >= 0;
       static metrics::Named writes("inplace.writes"), copies("inplace.copies");
       ++(ok[j] ? writes : copies);
     }
@@ -259,7 +275,8 @@ class CompiledExecutable final : public Executable {
   // buffers instead of fresh ones: 133 -> 75 us, and no second copy of the
   // parameters and their state.
   std::vector<at::Tensor> reusable_buffers(const lowering::Step& step, const ir::Graph& g,
-                                           const std::vector<std::vector<at::Tensor>>& values) const {
+                                           const std::vector<std::vector<at::Tensor>>& values,
+                                           RunCounts& n) const {
     const std::vector<bool>& last = step.last_read;
     if (last.empty()) return {};
     const lowering::FusedKernel& k = kernels_[step.kernel].spec;
@@ -280,6 +297,7 @@ class CompiledExecutable final : public Executable {
         into[j] = t;
         taken[i] = true;
         ++reused;
+        n.inputs_overwritten |= g.nodes[r.node].param >= 0;
         // The kernel writes this buffer: bump its version as an in-place
         // ATen op would (replay.cpp), or a weight packed from it before
         // (prepack.h, keyed by buffer and version) would be read again.

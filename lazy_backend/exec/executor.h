@@ -19,14 +19,25 @@ namespace disc {
 // backward and the update after it still run.
 using PublishFn = std::function<void(size_t, const at::Tensor&)>;
 
+// What a run that threw leaves behind besides its error.
+struct RunFailure {
+  // A step had written into a graph parameter's buffer: the inputs are no
+  // longer what the graph started from. The plan writes parameters only
+  // after the last step that may fail on its data (buffer-plan), so only
+  // a failure such as running out of memory in an optimizer update sets it.
+  bool inputs_overwritten = false;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
   // Runs `graph`, which has the structure this was compiled from; data comes
   // from its parameter leaves and runtime scalars from its nodes. Returns one
   // CPU tensor per graph output; `publish`, when set, sees each of them as
-  // soon as it is final.
-  virtual std::vector<at::Tensor> run(const ir::Graph& graph, const PublishFn& publish) = 0;
+  // soon as it is final. When it throws, `failure` (if set) says what the
+  // run had done.
+  virtual std::vector<at::Tensor> run(const ir::Graph& graph, const PublishFn& publish,
+                                      RunFailure* failure) = 0;
 };
 
 class Executor {

@@ -28,7 +28,9 @@ class ReferenceExecutable final : public Executable {
     for (size_t k = 0; k < g.outputs.size(); ++k) outputs_of_[g.outputs[k].node].push_back(k);
   }
 
-  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish) override {
+  // Inputs are cloned before an op writes them: a failed run leaves them as
+  // they were (RunFailure stays clear).
+  std::vector<at::Tensor> run(const ir::Graph& g, const PublishFn& publish, RunFailure*) override {
     std::vector<std::vector<at::Tensor>> values(g.nodes.size());
     for (size_t k = 0; k < g.nodes.size(); ++k) {
       const ir::GraphNode& gn = g.nodes[k];

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/failures.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
@@ -18,9 +19,14 @@ namespace {
 struct Launch {
   std::vector<ir::Value> roots;    // the traces it computes
   std::vector<ir::Value> results;  // one future data leaf per root
+  // Per root: what its buffer holds if the graph fails (LazyStorage::
+  // fallback()), and the thread that traced it (owed the failure).
+  std::vector<ir::Value> fallbacks;
+  std::vector<uint64_t> writers;
   ir::Graph graph;
   std::shared_ptr<Executable> exe;
   std::exception_ptr error;        // set when the run failed
+  RunFailure failure;              // what the failed run had done
   bool skipped = false;            // not run: an input was lost (reads_lost_result)
   // kQueued until the run ends; the host reads only this while it runs.
   enum State : int { kQueued, kDone, kFailed };
@@ -40,8 +46,9 @@ bool reads_lost_result(const ir::Graph& g) {
   return false;
 }
 
-// Runs a launch (on the graph worker, or inline): each result is delivered
-// as soon as it is final; on a failure the rest are orphaned, for
+// Runs a launch (on the graph worker, or inline): each new tensor (a loss)
+// is delivered as soon as it is final, the rest when the graph has run; on
+// a failure those not delivered are orphaned, for
 // settle() to recover. The step's trace (roots, graph) is dropped by the
 // host when it forgets the launch at a later sync, not here: the host
 // allocated those nodes, and freeing them on the worker thread cost the
@@ -58,8 +65,13 @@ void execute(Launch& l) {
   metrics::counters().graphs_run++;
   metrics::counters().graph_nodes += static_cast<int64_t>(l.graph.num_ops());
   auto deliver = [&](size_t k, const at::Tensor& v) { payload_of(*l.results[k].node)->fulfil(v); };
+  // A tensor that had a value before (a parameter, a statistic) gets its
+  // new one with the whole graph: were the graph to fail, it keeps the old.
+  auto publish = [&](size_t k, const at::Tensor& v) {
+    if (!l.fallbacks[k]) deliver(k, v);
+  };
   try {
-    std::vector<at::Tensor> out = l.exe->run(l.graph, deliver);
+    std::vector<at::Tensor> out = l.exe->run(l.graph, publish, &l.failure);
     for (size_t k = 0; k < out.size(); ++k) deliver(k, out[k]);
     l.results.clear();  // a result its tensor no longer holds is freed now
     l.state.store(Launch::kDone, std::memory_order_release);
@@ -77,8 +89,9 @@ std::deque<std::shared_ptr<Launch>>& in_flight() {
   return *l;
 }
 
-// The results of a launch split into parts that share no node, so that a
-// part can run without the others.
+// The results of a launch split into parts that compute no node in common
+// (they may read the same inputs), so that a part can run without the
+// others.
 std::vector<std::vector<size_t>> independent_parts(const ir::Graph& g) {
   std::vector<uint32_t> parent(g.nodes.size());
   for (uint32_t i = 0; i < parent.size(); ++i) parent[i] = i;
@@ -87,7 +100,8 @@ std::vector<std::vector<size_t>> independent_parts(const ir::Graph& g) {
     return i;
   };
   for (uint32_t i = 0; i < g.nodes.size(); ++i)
-    for (const ir::GraphRef& r : g.nodes[i].inputs) parent[find(r.node)] = find(i);
+    for (const ir::GraphRef& r : g.nodes[i].inputs)
+      if (g.nodes[r.node].param < 0) parent[find(r.node)] = find(i);  // inputs are shared, not computed
   std::vector<std::vector<size_t>> parts;
   std::vector<int64_t> part_of(g.nodes.size(), -1);
   for (size_t k = 0; k < g.outputs.size(); ++k) {
@@ -101,46 +115,104 @@ std::vector<std::vector<size_t>> independent_parts(const ir::Graph& g) {
   return parts;
 }
 
-// A graph that failed to run (out of memory, an index out of range that
-// only the data shows): each independent part runs on its own, so unrelated
-// work still gets its values, and the results of the parts that fail carry
-// their error; the buffers holding them are parked with the trace they were
-// to compute (counted: `failed_syncs`, `parked_buffers`), nothing is
-// dropped. Results delivered before the failure keep their values.
-// Returns the launch's error (for a skipped launch: the first its parts
-// raised, if any).
-std::exception_ptr recover(Launch& l) {
-  std::vector<std::vector<size_t>> parts = independent_parts(l.graph);
-  metrics::bump(l.skipped ? "async.skipped_launches" : "failed_syncs");
-  std::unordered_map<const ir::Node*, std::vector<LazyStorage*>> holders;
-  for (LazyStorage* s : live_storages())
-    if (s->value()) holders[s->value().node.get()].push_back(s);
-  for (const std::vector<size_t>& part : parts) {
-    std::exception_ptr error = l.error;
-    if (parts.size() > 1 || l.skipped) {  // a skipped launch never ran: run it now
-      try {
-        std::vector<ir::Value> roots;
-        for (size_t k : part) roots.push_back(l.roots[k]);
-        ir::Graph g = build_and_hash(roots, collect_pending().kept);
-        std::vector<at::Tensor> out = lookup_or_compile(g)->run(g, nullptr);
-        for (size_t j = 0; j < part.size(); ++j) payload_of(*l.results[part[j]].node)->fulfil(out[j]);
-        continue;
-      } catch (...) {  // its own error, or that of a failed input
-        error = std::current_exception();
-      }
-    }
-    if (!l.error) l.error = error;
-    for (size_t k : part) {
-      TensorData* d = payload_of(*l.results[k].node);
-      d->fail(error);
-      if (d->ready()) continue;  // delivered before the failure
-      auto it = holders.find(l.results[k].node.get());
-      if (it == holders.end()) continue;
-      for (LazyStorage* s : it->second) s->park(l.roots[k]);
-      metrics::bump("parked_buffers", static_cast<int64_t>(it->second.size()));
+// Every result of `l`, as one part.
+std::vector<size_t> all_results(const Launch& l) {
+  std::vector<size_t> all(l.results.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = k;
+  return all;
+}
+
+// Runs `roots` as a graph of their own, on the host, writing none of its
+// inputs: the other parts and the restored buffers read them after it.
+std::vector<at::Tensor> run_now(const std::vector<ir::Value>& roots) {
+  ir::Graph g = build_and_hash(roots, {});
+  g.read_only_params.clear();  // none listed: every input is read-only
+  return lookup_or_compile(g)->run(g, nullptr, nullptr);
+}
+
+// Gives result `k` of a failed launch its buffer's value from before the
+// graph; false when the buffer has none (or one of another type).
+bool restore(Launch& l, size_t k) {
+  const ir::Value& before = l.fallbacks[k];
+  if (!before || !(type_of(before) == type_of(l.roots[k]))) return false;
+  TensorData* d = payload_of(*l.results[k].node);
+  try {
+    const at::Tensor* data = data_of(*before.node);
+    d->fulfil(data ? *data : run_now({before}).front());  // a leaf, or a constant to compute
+  } catch (...) {  // the earlier value failed too (a buffer a failed step created)
+    d->fail(std::current_exception());
+  }
+  return true;
+}
+
+// Per independent part of a failed launch, its values or its error: a
+// launch that ran as one part failed as a whole; otherwise each part runs
+// again on its own (a skipped launch for the first time), from the inputs
+// the graph started from: the plan overwrites none before its last step
+// that may fail on data (buffer-plan).
+struct PartOutcome {
+  std::vector<at::Tensor> values;
+  std::exception_ptr error;
+};
+
+std::vector<PartOutcome> rerun_parts(const Launch& l, const std::vector<std::vector<size_t>>& parts) {
+  std::vector<PartOutcome> outcomes(parts.size(), PartOutcome{{}, l.error});
+  if (parts.size() == 1 && !l.skipped) return outcomes;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    try {
+      std::vector<ir::Value> roots;
+      for (size_t k : parts[p]) roots.push_back(l.roots[k]);
+      outcomes[p] = {run_now(roots), nullptr};
+    } catch (...) {  // its own error, or that of a failed input
+      outcomes[p].error = std::current_exception();
     }
   }
-  return l.error;
+  return outcomes;
+}
+
+// A graph that failed to run (an index out of range that only the data
+// shows, out of memory) ends as if the steps of the threads whose part
+// failed had not run, and the others had: those threads are failing
+// (failures.h), and every result a failing thread traced gets its buffer's
+// value from before the graph (parameters, optimizer state, statistics),
+// or, for a tensor its step created (its loss), the error -- or its value,
+// where its part did not fail. Another thread's model, an independent
+// part, gets its values. When the run had overwritten inputs (RunFailure),
+// nothing can be restored: every result not delivered fails.
+// Counted: `failed_syncs` or `async.skipped_launches`, and per buffer
+// `failures.restored_buffers` / `failures.failed_buffers`.
+void recover(Launch& l) {
+  static metrics::Named restored("failures.restored_buffers"), failed("failures.failed_buffers");
+  metrics::bump(l.skipped ? "async.skipped_launches" : "failed_syncs");
+  std::vector<std::vector<size_t>> parts = independent_parts(l.graph);
+  if (l.failure.inputs_overwritten) parts = {all_results(l)};
+  const std::vector<PartOutcome> outcomes =
+      l.failure.inputs_overwritten ? std::vector<PartOutcome>{{{}, l.error}} : rerun_parts(l, parts);
+  // Recorded before a result is failed: a thread that reads one raises the
+  // error, which ends its failure (failure_seen).
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (!outcomes[p].error) continue;
+    std::vector<uint64_t> threads;
+    for (size_t k : parts[p]) threads.push_back(l.writers[k]);
+    record_failure(outcomes[p].error, threads);
+  }
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (size_t j = 0; j < parts[p].size(); ++j) {
+      const size_t k = parts[p][j];
+      TensorData* d = payload_of(*l.results[k].node);
+      if (d->ready()) continue;  // delivered before the failure
+      // Failing here or earlier: work traced after its failure is not applied.
+      const bool thread_failed = failure_of(l.writers[k]) != nullptr;
+      if (thread_failed && !l.failure.inputs_overwritten && restore(l, k)) {
+        ++restored;
+      } else if (!outcomes[p].error) {
+        d->fulfil(outcomes[p].values[j]);
+      } else {
+        d->fail(outcomes[p].error);
+        ++failed;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -159,21 +231,16 @@ bool older_launch_failed() {
   return false;
 }
 
-// Waits for the launches in flight; recovers those that failed, oldest
-// first (a later one may read an earlier one's results), and returns the
-// first error. Every future data leaf is resolved afterwards.
-std::exception_ptr settle() {
+// Waits for the launches in flight and recovers those that failed, oldest
+// first (a later one may read an earlier one's results). Every future data
+// leaf is resolved afterwards.
+void settle() {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   wait_for_worker_interruptibly();
   std::deque<std::shared_ptr<Launch>> launches = std::move(in_flight());
   in_flight().clear();
-  std::exception_ptr first;
-  for (const auto& l : launches) {
-    if (l->state.load() != Launch::kFailed) continue;
-    std::exception_ptr e = recover(*l);
-    if (!first) first = e;
-  }
-  return first;
+  for (const auto& l : launches)
+    if (l->state.load() == Launch::kFailed) recover(*l);
 }
 
 namespace {
@@ -188,15 +255,17 @@ const bool settler_installed = (set_future_settler(&settle_for_reader), true);
 
 // Hands the pending graph over: its results become future data leaves,
 // bound at once, and the graph runs on the worker or, with DISC_ASYNC=0,
-// right here. Returns the inline run's error, after recovering it.
-std::exception_ptr launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe) {
+// right here (and is recovered here if it fails).
+void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe) {
   auto l = std::make_shared<Launch>();
   l->roots = pending.roots;
   l->graph = std::move(graph);
   l->exe = std::move(exe);
-  for (size_t k = 0; k < pending.storages.size(); ++k) {
-    l->results.push_back(make_future_data(type_of(pending.roots[k])));
-    pending.storages[k]->bind(l->results.back());
+  for (LazyStorage* s : pending.storages) {
+    l->fallbacks.push_back(s->fallback());
+    l->writers.push_back(s->writer());
+    l->results.push_back(make_future_data(type_of(s->value())));
+    s->bind(l->results.back());
   }
   // Views remembered before this sync would otherwise make the next step's
   // trace depend on what earlier steps read (a different graph, a recompile).
@@ -204,11 +273,10 @@ std::exception_ptr launch(const Pending& pending, ir::Graph graph, std::shared_p
   if (async_enabled()) {
     in_flight().push_back(l);
     run_on_worker([l] { execute(*l); });
-    return nullptr;
+    return;
   }
   execute(*l);
-  if (l->state.load() == Launch::kDone) return nullptr;
-  return recover(*l);
+  if (l->state.load() == Launch::kFailed) recover(*l);
 }
 
 }  // namespace disc

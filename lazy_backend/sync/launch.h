@@ -11,16 +11,18 @@
 
 namespace disc {
 
-// Hands the pending graph over. Returns the inline run's error, after
-// recovering it (nullptr when it runs on the worker).
-std::exception_ptr launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe);
+// Hands the pending graph over (recovering it at once when it runs inline
+// and fails).
+void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe);
 
 // Whether a launch handed over before the newest one failed; forgets those
 // that succeeded. Waits until the worker has room (at most the newest runs).
 bool older_launch_failed();
 
-// Waits for the launches in flight; recovers those that failed, oldest
-// first, and returns the first error.
-std::exception_ptr settle();
+// Waits for the launches in flight and recovers those that failed, oldest
+// first: every tensor a failed graph was to write gets its value from
+// before it or its error, which is owed to the threads that traced it
+// (failures.h).
+void settle();
 
 }  // namespace disc

@@ -2,15 +2,29 @@
 
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/compile_cache.h"
+#include "lazy_backend/sync/failures.h"
 #include "lazy_backend/trace/node_builder.h"
 
 namespace disc {
+
+bool discard_work_of_failing_threads() {
+  if (!any_thread_failing()) return false;
+  size_t discarded = 0;
+  for (LazyStorage* s : live_storages()) {
+    if (!s->pending()) continue;
+    if (std::exception_ptr e = failure_of(s->writer())) {
+      s->discard(e);
+      ++discarded;
+    }
+  }
+  if (discarded) metrics::bump("failures.discarded_buffers", static_cast<int64_t>(discarded));
+  return discarded > 0;
+}
 
 Pending collect_pending() {
   Pending p;
   std::vector<LazyStorage*> later;
   for (LazyStorage* s : live_storages()) {
-    if (s->parked()) continue;  // failed before: computed again when read
     if (!s->pending()) {
       if (s->value()) p.kept.insert(s->value().node.get());
       continue;

@@ -26,6 +26,10 @@ struct Pending {
 // after the step, gets them while the rest still runs.
 Pending collect_pending();
 
+// Discards the pending values of threads that are failing (failures.h):
+// the rest of a failed step is not computed. Whether it discarded any.
+bool discard_work_of_failing_threads();
+
 // The graph of `roots`, hashed, its parameters in `kept` marked as kept.
 ir::Graph build_and_hash(const std::vector<ir::Value>& roots,
                          const std::unordered_set<const ir::Node*>& kept);

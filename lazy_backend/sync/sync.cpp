@@ -1,13 +1,15 @@
 // The sync, after torch_xla's SyncTensorsGraph: collect -> build and hash
 // -> look up or compile -> settle earlier graphs if one failed -> launch
-// (bind future results, run on the graph worker). Each step is one call:
-// pending.h has the first three, launch.h the hand-over and recovery.
+// (bind future results, run on the graph worker) -> raise a failure owed to
+// this thread. Each step is one call: pending.h has the first three,
+// launch.h the hand-over and recovery, failures.h the owed errors.
 #include "lazy_backend/sync/sync.h"
 
 #include <cstdio>
 
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/compile_cache.h"
+#include "lazy_backend/sync/failures.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/pending.h"
@@ -25,34 +27,41 @@ std::function<std::string()>& location_provider() {
 bool debug_sync() { return options::flag(options::Id::kDebugSync); }
 bool debug_compile() { return options::flag(options::Id::kDebugCompile); }
 
+// Settles the graphs in flight; true when the work of a thread that failed
+// in them was discarded from what is pending.
+bool settle_and_discard() {
+  settle();
+  return discard_work_of_failing_threads();
+}
+
 // Runs the pending graph, under the trace lock it takes; true when it had to
-// be compiled. The graph is built and compiled while earlier ones may still
-// run; an earlier one's failure is raised here (older_launch_failed), after
-// this sync has done its own work.
+// be compiled. The work of failing threads is dropped first (failures.h).
+// The graph is built and compiled while earlier ones may still run; an
+// earlier one that failed is settled here (older_launch_failed), before
+// this graph is handed over behind it.
 bool run_pending(const std::string& cause, const std::string& where) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().syncs++;
   metrics::bump("sync." + cause);
   const int64_t misses_before = metrics::counters().cache_misses;
+  discard_work_of_failing_threads();
   Pending pending = collect_pending();
-  std::exception_ptr error;
   size_t ops = 0, outputs = 0;
   if (pending.roots.empty()) {
-    if (!worker_busy()) error = settle();  // nothing to hand over: no need to wait
+    if (!worker_busy()) settle();  // nothing to hand over: no need to wait
   } else {
     ir::Graph graph = build_and_hash(pending.roots, pending.kept);
     std::shared_ptr<Executable> exe = lookup_or_compile(graph);
-    if (!async_enabled() || older_launch_failed()) error = settle();
-    if (error) {  // the recovery parked buffers: this sync's graph changed
+    // A thread that failed in an earlier graph has its work dropped here.
+    if ((!async_enabled() || older_launch_failed()) && settle_and_discard()) {
       pending = collect_pending();
       graph = build_and_hash(pending.roots, pending.kept);
       exe = pending.roots.empty() ? nullptr : lookup_or_compile(graph);
     }
-    ops = graph.num_ops();
-    outputs = graph.outputs.size();
     if (exe) {
-      std::exception_ptr own = launch(pending, std::move(graph), std::move(exe));
-      if (!error) error = own;
+      ops = graph.num_ops();
+      outputs = graph.outputs.size();
+      launch(pending, std::move(graph), std::move(exe));
     }
   }
   const bool compiled = metrics::counters().cache_misses > misses_before;
@@ -61,24 +70,28 @@ bool run_pending(const std::string& cause, const std::string& where) {
                  cause.c_str(), where.empty() ? "<C++>" : where.c_str(), ops, outputs,
                  compiled ? "miss" : "hit");
   }
-  if (error) std::rethrow_exception(error);
   return compiled;
 }
 
-}  // namespace
-
-void sync(const std::string& cause) {
-  const std::string where = debug_sync() ? python_location() : "";
-  if (!run_pending(cause, where)) return;
-  // A compile is rare: say where it came from, outside the trace lock (the
-  // location needs the GIL, which another thread may hold while it waits
-  // for that lock).
+// A compile is rare: say where it came from, outside the trace lock (the
+// location needs the GIL, which another thread may hold while it waits for
+// that lock).
+void locate_compile(const std::string& where) {
   CompileRecord r = compile_cache().locate_last(where.empty() ? python_location() : where);
   if (debug_compile()) {
     std::fprintf(stderr, "[disc] compile %016llx (%zu ops, %.1f ms) at %s: %s\n",
                  static_cast<unsigned long long>(r.hash), r.ops, r.ms,
                  r.location.empty() ? "<C++>" : r.location.c_str(), r.reason.c_str());
   }
+}
+
+}  // namespace
+
+void sync(const std::string& cause, Owed owed) {
+  const std::string where = debug_sync() ? python_location() : "";
+  if (run_pending(cause, where)) locate_compile(where);
+  if (owed == Owed::kKeep) return;
+  if (std::exception_ptr e = end_failure()) std::rethrow_exception(e);
 }
 
 void set_python_location_provider(std::function<std::string()> provider) {
@@ -90,7 +103,11 @@ std::string python_location() {
 }
 
 void wait() {
-  if (std::exception_ptr e = settle()) std::rethrow_exception(e);
+  {
+    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    settle_and_discard();
+  }
+  if (std::exception_ptr e = end_failure()) std::rethrow_exception(e);
 }
 
 void clear_compile_cache() { compile_cache().clear(); }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 
+#include "lazy_backend/sync/failures.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
 
@@ -27,6 +28,22 @@ uint64_t g_next_id = 0;  // guarded by trace_mutex()
 bool covers_storage(const at::Tensor& t, size_t nbytes) {
   return t.storage_offset() == 0 && t.is_contiguous() &&
          static_cast<size_t>(t.numel()) * t.element_size() == nbytes;
+}
+
+// Whether v is computed from constants alone (zeros, a fill, a random
+// draw), looking at a few nodes at most: the value a buffer was created
+// with, which no failure can take away. Data is no constant: an op that
+// reads it may fail on it.
+bool made_of_constants(const ir::Value& v) {
+  constexpr int kMaxNodes = 8;
+  std::vector<const ir::Node*> todo{v.node.get()};
+  for (int seen = 0; !todo.empty(); ++seen) {
+    const ir::Node* n = todo.back();
+    todo.pop_back();
+    if (seen == kMaxNodes || n->is_data()) return false;
+    for (const ir::Value& in : n->inputs) todo.push_back(in.node.get());
+  }
+  return true;
 }
 
 int64_t elements(size_t nbytes, at::ScalarType dtype) {
@@ -101,7 +118,9 @@ void LazyStorage::write(const at::Tensor& t, ir::Value v) {
   TORCH_INTERNAL_ASSERT(type_of(v).sizes == t.sizes(), "disc: write of ",
                         type_of(v).to_string(), " into ", t.sizes());
   views_.clear();
-  parked_ = false;  // a new value: later syncs compute it again
+  const bool fresh = !value_;
+  if (!pending()) fallback_ = value_;  // the first write since the last sync
+  writer_ = this_thread_token();
   if (covers_storage(t, nbytes_)) {
     value_ = v;
   } else {
@@ -109,16 +128,21 @@ void LazyStorage::write(const at::Tensor& t, ir::Value v) {
     value_ = op_as_strided_scatter(base, v, t.sizes().vec(), t.strides().vec(),
                                    t.storage_offset());
   }
+  if ((fresh || !fallback_) && made_of_constants(value_)) fallback_ = value_;
   views_.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type(), v});
 }
 
 at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
   TORCH_INTERNAL_ASSERT(!pending(), "disc: read_cpu before sync");
   if (!value_) return at::zeros(t.sizes(), t.options().device(at::kCPU));
-  // Waiting for the tensor may settle a failed graph, which parks this
-  // buffer (a new value_): the leaf must outlive the wait.
   const ir::NodePtr leaf = value_.node;
-  at::Tensor data = *data_of(*leaf);
+  at::Tensor data;
+  try {
+    data = *data_of(*leaf);
+  } catch (...) {  // the graph computing it failed: this read raises that
+    failure_seen(std::current_exception());
+    throw;
+  }
   if (covers_storage(t, nbytes_) && data.scalar_type() == t.scalar_type())
     return data.reshape(t.sizes());
   at::Tensor flat = data.contiguous().reshape({-1});
@@ -128,13 +152,15 @@ at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
 
 void LazyStorage::bind(ir::Value data) {
   value_ = std::move(data);
+  fallback_ = {};  // value_ is the fallback of the next graph that writes it
   views_.clear();
 }
 
-void LazyStorage::park(ir::Value trace) {
-  value_ = std::move(trace);
+
+void LazyStorage::discard(const std::exception_ptr& error) {
+  value_ = fallback_ ? fallback_ : make_failed_data(type_of(value_), error);
+  writer_ = 0;  // a constant fallback is computed by the next sync, for nobody
   views_.clear();
-  parked_ = true;
 }
 
 void LazyStorage::grow(size_t nbytes) {
@@ -146,6 +172,8 @@ void LazyStorage::grow(size_t nbytes) {
     ir::Value flat = t.sizes.size() == 1 ? value_ : op_reshape(value_, {t.numel()});
     value_ = op_pad_flat(flat, static_cast<int64_t>((nbytes - nbytes_) / item));
   }
+  fallback_ = {};  // nothing of the new size was there before
+  writer_ = this_thread_token();
   nbytes_ = nbytes;
   views_.clear();
 }

@@ -45,13 +45,17 @@ class LazyStorage {
   // The sync's result for value(): a data leaf, whose tensor may still be
   // on its way from the graph worker (tensor_data.h).
   void bind(ir::Value data);
-  // A sync that failed parks the buffers whose values it could not compute:
-  // later syncs leave them out (unrelated work goes on), reading one tries
-  // again, and writing one (a later step's in-place update) unparks it.
-  // `trace` is the value the failed graph was to compute.
-  void park(ir::Value trace);
-  void unpark() { parked_ = false; }
-  bool parked() const { return parked_; }
+  // What the buffer holds if the graph computing value() fails: its value
+  // at the last sync, or, for a buffer created since, the constant it was
+  // created with (zeros, a fill); null when it has neither. A failed step
+  // then leaves parameters, optimizer state and statistics as they were.
+  const ir::Value& fallback() const { return fallback_; }
+  // The thread that traced the last write (failures.h): a failure of the
+  // graph computing value() is its failure.
+  uint64_t writer() const { return writer_; }
+  // Drops the pending value, traced by a thread whose earlier work failed:
+  // back to fallback(), or `error` when there is none.
+  void discard(const std::exception_ptr& error);
   // Drops remembered view values. Every sync does this for every storage,
   // so each step traces from the same state and yields the same graph.
   void forget_views() { views_.clear(); }
@@ -74,7 +78,8 @@ class LazyStorage {
   uint64_t id_;
   size_t nbytes_;
   ir::Value value_;  // null until first written: reads then see zeros
-  bool parked_ = false;  // the last sync could not compute value_; see park()
+  ir::Value fallback_;    // see fallback()
+  uint64_t writer_ = 0;   // see writer()
   std::vector<CachedView> views_;  // values read since the last write
 };
 

@@ -50,20 +50,11 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   bool pending;
   {
     std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-    s.unpark();  // a value an earlier sync failed on: reading it tries again
     pending = s.pending();
   }
-  if (pending) {
-    try {
-      sync(cause);
-    } catch (const c10::Error&) {
-      // The sync failed on some part of the pending work. If this tensor's
-      // part ran, its value is good: the failed part is parked and raises
-      // when its own tensors are read.
-      std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-      if (s.pending()) throw;
-    }
-  }
+  // A read raises the failure of the graph that computed this tensor, and
+  // no other: a failed step's error waits for the next sync (sync.h).
+  if (pending) sync(cause, Owed::kKeep);
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().transfers_to_cpu++;
   return s.read_cpu(src);

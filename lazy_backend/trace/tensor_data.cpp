@@ -63,6 +63,12 @@ ir::Value make_future_data(ir::TensorType type) {
   return {ir::make_data_node(std::move(type), std::make_shared<TensorData>()), 0};
 }
 
+ir::Value make_failed_data(ir::TensorType type, std::exception_ptr error) {
+  ir::Value v = make_future_data(std::move(type));
+  payload_of(*v.node)->fail(std::move(error));
+  return v;
+}
+
 TensorData* payload_of(const ir::Node& n) {
   return static_cast<TensorData*>(n.payload.get());
 }

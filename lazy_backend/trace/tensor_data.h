@@ -59,6 +59,8 @@ ir::TensorType type_of(const at::Tensor& t);
 ir::Value make_data(at::Tensor cpu);
 // A leaf of type `type` whose tensor a graph in flight will deliver.
 ir::Value make_future_data(ir::TensorType type);
+// A leaf of type `type` that holds `error` instead of a tensor.
+ir::Value make_failed_data(ir::TensorType type, std::exception_ptr error);
 // The payload of a data leaf, or nullptr for other nodes.
 TensorData* payload_of(const ir::Node& n);
 // The tensor a data leaf holds (waiting for it if a graph computes it), or

@@ -71,7 +71,7 @@ def test_the_loss_is_delivered_before_the_rest_of_its_graph():
     assert all(c.get("fallbacks", 0) == 0 for c in per_step)
 
 
-def test_a_failure_surfaces_at_the_second_sync_after_its_own_work(counters):
+def test_a_failure_surfaces_at_the_second_sync_and_drops_what_was_traced_since(counters):
     x = torch.randn(5)
     bad = x.to("disc").index_select(0, torch.tensor([0, 7]).to("disc"))  # 7 is out of range
     torch_disc.sync()  # hands the graph over: nothing to raise yet
@@ -80,14 +80,16 @@ def test_a_failure_surfaces_at_the_second_sync_after_its_own_work(counters):
     later = torch.ones(2, device="disc") * 3
     with pytest.raises(IndexError, match="index out of range"):
         torch_disc.sync()  # raises the earlier graph's error...
-    assert not torch_disc._C.is_pending(later)  # ...after handing over its own
-    assert good.cpu().tolist() == [2.0, 2.0, 2.0]  # it read nothing the failure lost
-    assert later.cpu().tolist() == [3.0, 3.0]
-    assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] == 1
+    assert not torch_disc._C.is_pending(later)  # ...and drops what was traced since
+    assert good.cpu().tolist() == [2.0, 2.0, 2.0]  # handed over before: it ran
+    with pytest.raises(IndexError, match="index out of range"):
+        later.cpu()
+    assert counters()["failed_syncs"] == 1 and counters()["failures.failed_buffers"] == 1
+    assert counters()["failures.discarded_buffers"] == 1
     assert counters().get("async.skipped_launches", 0) == 0
     torch_disc.wait()  # raised once: nothing left to raise
     with pytest.raises(IndexError, match="index out of range"):
-        bad.cpu()  # reading the failed tensor runs it again
+        bad.cpu()  # the failed tensor holds its error
     del bad
 
 

@@ -142,10 +142,10 @@ def test_unrelated_sync_works_while_the_failed_tensor_is_alive(counters):
     with pytest.raises(RuntimeError, match="allocate"):
         y.item()
     try:
-        # y's buffers are parked: later syncs leave them out.
+        # y holds the error: later syncs do not compute it again.
         assert (torch.ones(3, device="disc") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
-        assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] >= 1
-        # Reading y tries again, and fails the same way.
+        assert counters()["failed_syncs"] == 1 and counters()["failures.failed_buffers"] >= 1
+        # Reading y raises that error again.
         with pytest.raises(RuntimeError, match="allocate"):
             y.item()
     finally:
@@ -159,12 +159,12 @@ def test_a_failed_part_does_not_take_the_other_parts_of_its_sync_down(counters):
     good = torch.ones(3).to("disc") + 1
     # One sync runs both; good's part has no node in common with bad's.
     assert good.cpu().tolist() == [2.0, 2.0, 2.0]
-    assert counters()["failed_syncs"] == 1 and counters()["parked_buffers"] == 1
+    assert counters()["failed_syncs"] == 1 and counters()["failures.failed_buffers"] == 1
     with pytest.raises(IndexError, match="index out of range"):
         bad.cpu()
     with pytest.raises(IndexError, match="index out of range"):
         (bad + 1).cpu()  # a value read from the failed one fails too
-    # Writing a new value unparks the buffer: nothing of the failure is left.
+    # Writing a new value replaces the error: nothing of the failure is left.
     bad.copy_(torch.zeros(2))
     assert bad.cpu().tolist() == [0.0, 0.0]
     torch_disc.sync()
