@@ -1,0 +1,129 @@
+"""Recurrent layers on disc: nn.LSTM, nn.GRU, nn.RNN and the LSTM / GRU
+cells, forward and backward, with packed sequences, against a float64 CPU
+run of the same module. For a device other than CPU, ATen runs every time
+step through _thnn_fused_lstm_cell / _thnn_fused_gru_cell (CUDA-only in
+PyTorch; disc records them as element-wise ops, recurrent_cells.cpp): none
+of it falls back. A sequence length seen before hits the compile cache.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+import torch_disc
+
+
+def run(module, inputs, device, dtype=torch.float32):
+    """Output and input/parameter gradients of sum(out * weights) on
+    `device` in `dtype`, all returned as float64 CPU tensors."""
+    m = copy.deepcopy(module).to(device=device, dtype=dtype)
+    xs = [x.detach().to(device=device, dtype=dtype).requires_grad_() for x in inputs]
+    out = m(*xs)
+    out = out[0] if isinstance(out, tuple) else out
+    weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).reshape(out.shape)
+    (out * weights.to(device=device, dtype=dtype)).sum().backward()
+    grads = [x.grad for x in xs] + [p.grad for p in m.parameters()]
+    return [t.detach().cpu().double() for t in [out] + grads if t is not None]  # c: LSTM only
+
+
+def assert_matches_float64(module, inputs):
+    torch.manual_seed(0)
+    exact = run(module, inputs, "cpu", torch.float64)
+    eager = run(module, inputs, "cpu")
+    disc = run(module, inputs, "disc")
+    for k, (e, f, d) in enumerate(zip(exact, eager, disc)):
+        eager_err = (f - e).abs().max().item()
+        disc_err = (d - e).abs().max().item()
+        assert disc_err <= 4 * eager_err + 1e-6, (k, disc_err, eager_err)
+
+
+SEQ, BATCH, FEATURES, HIDDEN = 5, 3, 6, 8
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN])
+@pytest.mark.parametrize("layers,bidirectional,batch_first",
+                         [(1, False, False), (2, True, True)], ids=["1-layer", "2-layer-bi"])
+def test_recurrent_layers_match_float64(cls, layers, bidirectional, batch_first, counters):
+    torch.manual_seed(0)
+    module = cls(FEATURES, HIDDEN, num_layers=layers, bidirectional=bidirectional,
+                 batch_first=batch_first)
+    x = torch.randn((BATCH, SEQ, FEATURES) if batch_first else (SEQ, BATCH, FEATURES))
+    assert_matches_float64(module, [x])
+    assert counters().get("fallbacks", 0) == 0
+
+
+class CellSteps(nn.Module):
+    """Three steps of a cell, the state carried over (h, or (h, c))."""
+
+    def __init__(self, cls, bias):
+        super().__init__()
+        self.cell = cls(FEATURES, HIDDEN, bias=bias)
+
+    def forward(self, x, h, c):
+        state = (h, c) if isinstance(self.cell, nn.LSTMCell) else h
+        outs = []
+        for t in range(3):
+            state = self.cell(x[t], state)
+            outs.append(state[0] + state[1] if isinstance(state, tuple) else state)
+        return torch.stack(outs)
+
+
+@pytest.mark.parametrize("cls", [nn.LSTMCell, nn.GRUCell, nn.RNNCell])
+@pytest.mark.parametrize("bias", [True, False])
+def test_recurrent_cells_match_float64(cls, bias, counters):
+    torch.manual_seed(0)
+    assert_matches_float64(CellSteps(cls, bias), [torch.randn(3, BATCH, FEATURES),
+                                                  torch.randn(BATCH, HIDDEN),
+                                                  torch.randn(BATCH, HIDDEN)])
+    assert counters().get("fallbacks", 0) == 0
+
+
+class PackedClassifier(nn.Module):
+    """Variable-length sequences through a packed LSTM / GRU, last hidden
+    state of each into a linear head."""
+
+    def __init__(self, cls):
+        super().__init__()
+        self.rnn = cls(FEATURES, HIDDEN, batch_first=True)
+        self.head = nn.Linear(HIDDEN, 2)
+
+    def forward(self, x):
+        lengths = torch.tensor([5, 3, 2])
+        packed = pack_padded_sequence(x, lengths, batch_first=True)
+        out, h = self.rnn(packed)
+        h = h[0] if isinstance(h, tuple) else h
+        padded, _ = pad_packed_sequence(out, batch_first=True)
+        return self.head(h[-1]) + padded.sum()
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU])
+def test_packed_sequences_match_float64(cls, counters):
+    torch.manual_seed(0)
+    assert_matches_float64(PackedClassifier(cls), [torch.randn(BATCH, SEQ, FEATURES)])
+    assert counters().get("fallbacks", 0) == 0
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN])
+def test_a_sequence_length_seen_before_hits_the_compile_cache(cls, counters):
+    torch.manual_seed(0)
+    m = cls(FEATURES, HIDDEN).to("disc")
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def train_step(length):
+        opt.zero_grad()
+        out, _ = m(torch.randn(length, BATCH, FEATURES).to("disc"))
+        loss = out.square().mean()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for length in (4, 7, 4, 7):
+        train_step(length)
+    torch_disc.sync()
+    compiles = counters()["compiles"]
+    for length in (7, 4, 7, 4):
+        train_step(length)
+    assert counters()["compiles"] == compiles
+    assert counters().get("fallbacks", 0) == 0
