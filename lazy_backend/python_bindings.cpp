@@ -27,35 +27,42 @@ namespace py = pybind11;
 namespace disc {
 namespace {
 
-bool internal_file(const std::string& f) {
+bool internal_file(const char* f) {
   // Frames of torch and of this package are not the user's line.
-  return f.find("/torch/") != std::string::npos || f.find("/torch_disc/") != std::string::npos ||
-         f.rfind("<frozen", 0) == 0;
+  return std::strstr(f, "/torch/") || std::strstr(f, "/torch_disc/") ||
+         std::strncmp(f, "<frozen", 7) == 0;
 }
 
-// "file:line (function)" of the innermost user frame.
+std::string describe_frame(PyFrameObject* frame) {
+  PyCodeObject* code = PyFrame_GetCode(frame);
+  std::string where = std::string(PyUnicode_AsUTF8(code->co_filename)) + ":" +
+                      std::to_string(PyFrame_GetLineNumber(frame)) + " (" +
+                      PyUnicode_AsUTF8(code->co_name) + ")";
+  Py_DECREF(code);
+  return where;
+}
+
+// "file:line (function)" of the innermost user frame (else the innermost
+// frame). Called for every op that may fail on its data: only the frame
+// returned is formatted.
 std::string current_python_location() {
   if (!Py_IsInitialized()) return "";
   py::gil_scoped_acquire gil;
-  PyFrameObject* frame = PyEval_GetFrame();
-  Py_XINCREF(frame);
-  std::string fallback;
-  while (frame) {
+  PyFrameObject* innermost = PyEval_GetFrame();
+  for (PyFrameObject* frame = innermost; frame;) {
     PyCodeObject* code = PyFrame_GetCode(frame);
-    std::string file = PyUnicode_AsUTF8(code->co_filename);
-    std::string where = file + ":" + std::to_string(PyFrame_GetLineNumber(frame)) + " (" +
-                        PyUnicode_AsUTF8(code->co_name) + ")";
+    const bool user = !internal_file(PyUnicode_AsUTF8(code->co_filename));
     Py_DECREF(code);
-    if (fallback.empty()) fallback = where;
-    if (!internal_file(file)) {
-      Py_DECREF(frame);
+    if (user) {
+      std::string where = describe_frame(frame);
+      if (frame != innermost) Py_DECREF(frame);
       return where;
     }
-    PyFrameObject* back = PyFrame_GetBack(frame);
-    Py_DECREF(frame);
+    PyFrameObject* back = PyFrame_GetBack(frame);  // a new reference
+    if (frame != innermost) Py_DECREF(frame);
     frame = back;
   }
-  return fallback;
+  return innermost ? describe_frame(innermost) : "";
 }
 
 std::string graph_text(const std::vector<at::Tensor>& tensors) {

@@ -116,7 +116,7 @@ class CompiledExecutable final : public Executable {
         if (n.inputs_overwritten && !n.update_fault_checked) throw_injected_update_fault(n);
       } catch (...) {
         if (failure) failure->inputs_overwritten = n.inputs_overwritten;
-        throw;
+        rethrow_naming(*g.nodes[plan_.steps[s].op].node);
       }
       const lowering::Step& step = plan_.steps[s];
       if (publish && !step.publish.empty()) {

@@ -40,7 +40,11 @@ class ReferenceExecutable final : public Executable {
         std::vector<at::Tensor> ins;
         ins.reserve(gn.inputs.size());
         for (const ir::GraphRef& r : gn.inputs) ins.push_back(values[r.node][r.index]);
-        values[k] = replay(*ops_[k], *gn.node, std::move(ins));
+        try {
+          values[k] = replay(*ops_[k], *gn.node, std::move(ins));
+        } catch (...) {
+          rethrow_naming(*gn.node);
+        }
       }
       // Inputs are cloned before an op writes them, so a value is final as
       // soon as its node has run.

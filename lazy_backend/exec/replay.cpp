@@ -262,4 +262,15 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
   return node_outputs(op, n, stack, ins);
 }
 
+void rethrow_naming(const ir::Node& n) {
+  try {
+    throw;
+  } catch (c10::Error& e) {
+    std::string what = "disc: in " + ir::op_name(n.op);
+    if (n.origin && !n.origin->empty()) what += ", traced at " + *n.origin;
+    e.add_context(std::move(what));
+    throw;
+  }
+}
+
 }  // namespace disc

@@ -22,6 +22,12 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
                                std::vector<at::Tensor> ins,
                                const std::vector<bool>* in_place = nullptr);
 
+// Called in a catch block for the step that ran node `n`: rethrows the
+// exception, a c10::Error (IndexError, ...) with the op's name and where the
+// user traced it added to its message, so that an error raised long after
+// the trace says where it came from.
+[[noreturn]] void rethrow_naming(const ir::Node& n);
+
 // The CPU tensor a data leaf holds.
 at::Tensor param_tensor(const ir::Node& n);
 

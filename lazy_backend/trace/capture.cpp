@@ -12,7 +12,9 @@
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/shape_cache.h"
+#include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/tensor_data.h"
+#include "lowering/ops.h"
 
 namespace disc {
 
@@ -95,6 +97,7 @@ struct OpInfo {
   uint32_t id = 0;   // ir::intern_op(name)
   std::optional<std::string> unrecordable;
   bool random = false, arange = false;
+  bool may_fail = false;  // on its data, when the graph runs: remember where it was traced
 };
 
 // Whether `full` is "<name>" or "<name>.<overload>" of `schema`, without
@@ -118,6 +121,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   info.unrecordable = unrecordable_schema(schema);
   info.random = op.hasTag(at::Tag::nondeterministic_seeded);
   info.arange = info.name.rfind("aten::arange", 0) == 0;
+  info.may_fail = lowering::may_fail_on_data(info.id);
   return info;
 }
 
@@ -367,8 +371,17 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   for (const at::Tensor& t : shapes->fresh)
     if (t.defined()) to_ir(t.scalar_type());  // names unsupported dtypes
 
+  // Before the trace lock: the location takes the GIL, which a thread
+  // waiting for that lock may hold.
+  std::shared_ptr<const std::string> origin;
+  if (info.may_fail) {
+    static metrics::Named located("trace.located_ops");
+    ++located;
+    origin = std::make_shared<const std::string>(python_location());
+  }
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   Recorded rec = record(info, schema, args, shapes->fresh, shapes->mutated);
+  rec.node->origin = std::move(origin);
   metrics::counters().ops_traced++;
   std::vector<at::Tensor> results = bind_outputs(rec, *shapes);
   push_returns(schema, args, results, shapes->return_sizes, stack);

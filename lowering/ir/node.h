@@ -74,6 +74,9 @@ struct Node {
   std::vector<uint32_t> mutated;   // indices into inputs the op writes in place
   int32_t rng_runtime = -1;        // index of (seed, offset) in runtime, or -1
   std::shared_ptr<Payload> payload;  // leaves only
+  // Where the op was traced ("file:line (function)" of the user's code), for
+  // the error of an op that may fail on its data; not hashed. Null else.
+  std::shared_ptr<const std::string> origin;
   uint64_t local_hash = 0;         // op, operands, output dtypes and ranks; no
                                    // inputs, no sizes (see Graph::pattern)
 

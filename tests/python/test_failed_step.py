@@ -7,6 +7,7 @@ trains on. When a run fails after it had updated an input in place (running
 out of memory in the update), what it wrote is not passed off as the old
 value: those tensors hold the error.
 """
+import inspect
 import threading
 
 import pytest
@@ -121,6 +122,20 @@ def test_an_unread_failure_is_raised_by_a_later_sync_once(async_mode):
         assert raised == [1]
     _, cpu_model, cpu_opt = cpu_run(set(range(1, raised[0] + 1)), 5)
     assert_same_state(state_of(m, opt), state_of(cpu_model, cpu_opt))
+
+
+@pytest.mark.parametrize("executor_name", ["compiled", "reference"])
+def test_the_error_names_the_op_and_the_users_line_that_traced_it(async_mode, executor_name,
+                                                                  executor):
+    executor(executor_name)
+    emb = nn.Embedding(10, 4).to("disc")
+    line = inspect.currentframe().f_lineno + 1
+    loss = emb(BAD.to("disc")).sum()  # raised later, from the graph
+    with pytest.raises(IndexError, match="index out of range") as info:
+        loss.item()
+    message = str(info.value)
+    assert "aten::index_select" in message  # what nn.Embedding records
+    assert f"test_failed_step.py:{line} (test_the_error_names_the_op" in message
 
 
 def test_a_read_of_a_good_tensor_does_not_raise_an_unrelated_failure(async_mode):
