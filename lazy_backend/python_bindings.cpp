@@ -97,6 +97,13 @@ void raise_pending_signal() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
+void* release_gil_if_held() {
+  if (!Py_IsInitialized() || !PyGILState_Check()) return nullptr;
+  return PyEval_SaveThread();
+}
+
+void restore_gil(void* state) { PyEval_RestoreThread(static_cast<PyThreadState*>(state)); }
+
 // An option's value as Python sees it: bool, int or str.
 py::object option_value(const options::Info& o) {
   switch (o.type) {
@@ -264,6 +271,7 @@ PYBIND11_MODULE(_C, m) {
   set_python_location_provider(&current_python_location);
   main_thread() = std::this_thread::get_id();
   set_interrupt_check(&raise_pending_signal);
+  set_gil_hooks(&release_gil_if_held, &restore_gil);
   register_structured_captures();
   m.doc() = "torch_disc native backend";
   bind_sync(m);

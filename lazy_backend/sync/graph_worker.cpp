@@ -156,6 +156,23 @@ namespace {
 std::atomic<void (*)()> g_interrupt_check{nullptr};
 }  // namespace
 
+std::atomic<void* (*)()> g_release_gil{nullptr};
+std::atomic<void (*)(void*)> g_restore_gil{nullptr};
+
+void set_gil_hooks(void* (*release)(), void (*restore)(void*)) {
+  g_release_gil = release;
+  g_restore_gil = restore;
+}
+
+GilReleased::GilReleased() {
+  void* (*release)() = g_release_gil.load();
+  saved_ = release ? release() : nullptr;
+}
+
+GilReleased::~GilReleased() {
+  if (saved_) g_restore_gil.load()(saved_);
+}
+
 void set_interrupt_check(void (*check)()) { g_interrupt_check = check; }
 void check_interrupt() {
   if (void (*check)() = g_interrupt_check.load()) check();

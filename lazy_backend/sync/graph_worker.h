@@ -42,6 +42,26 @@ void wait_for_room();
 void set_interrupt_check(void (*check)());
 void check_interrupt();
 
+// Set by the Python bindings: let go of the GIL if the calling thread holds
+// it (returning what restore needs), and take it back.
+void set_gil_hooks(void* (*release)(), void (*restore)(void*));
+
+// While alive, the calling thread does not hold the GIL: for a host that
+// waits for the worker holding no lock of ours (a read), so that the graph
+// (a Python custom op) and other Python threads can run meanwhile. Never
+// under the trace lock: a thread tracing holds the GIL while it waits for
+// that lock.
+class GilReleased {
+ public:
+  GilReleased();
+  ~GilReleased();
+  GilReleased(const GilReleased&) = delete;
+  GilReleased& operator=(const GilReleased&) = delete;
+
+ private:
+  void* saved_;
+};
+
 // Waits on `cv` under `lock` until `done()`, checking for interrupts with
 // the lock let go (the check may wait for the GIL).
 template <class Done>

@@ -1,5 +1,7 @@
 #include "lazy_backend/sync/launch.h"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include <atomic>
 #include <deque>
 #include <unordered_map>
@@ -13,6 +15,18 @@
 namespace disc {
 
 namespace {
+
+// A graph's ops are ATen's CPU kernels, run as they are: without the Python
+// dispatcher or a dispatch mode the host had on (torch.compile's tracing
+// does), which would see our internal CPU ops, and on the graph worker
+// (which inherits the host's dispatch state) wait for a GIL that the host,
+// waiting for this graph, may hold.
+struct NoPythonDispatch {
+  static constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::Python, c10::DispatchKey::PythonDispatcher,
+                                             c10::DispatchKey::PythonTLSSnapshot,
+                                             c10::DispatchKey::PreDispatch};
+  c10::impl::ExcludeDispatchKeyGuard guard{kKeys};
+};
 
 // One sync's graph from hand-off to its last result: what running it needs,
 // and what recovering it needs if it fails.
@@ -55,6 +69,7 @@ bool reads_lost_result(const ir::Graph& g) {
 // MNIST MLP step ~80 us of worker time (cross-thread frees), a tenth of it.
 // It holds the graph's inputs a little longer; the results are let go here.
 void execute(Launch& l) {
+  NoPythonDispatch no_python;
   if (reads_lost_result(l.graph)) {
     l.skipped = true;
     for (const ir::Value& r : l.results) payload_of(*r.node)->orphan();
@@ -125,6 +140,7 @@ std::vector<size_t> all_results(const Launch& l) {
 // Runs `roots` as a graph of their own, on the host, writing none of its
 // inputs: the other parts and the restored buffers read them after it.
 std::vector<at::Tensor> run_now(const std::vector<ir::Value>& roots) {
+  NoPythonDispatch no_python;
   ir::Graph g = build_and_hash(roots, {});
   g.read_only_params.clear();  // none listed: every input is read-only
   return lookup_or_compile(g)->run(g, nullptr, nullptr);

@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/capture.h"
 #include "lazy_backend/trace/lazy_storage.h"
@@ -44,6 +45,22 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
   return at::detail::empty_strided_generic(size, stride, disc_allocator(), kDiscKeys, st);
 }
 
+// Waits until the graph computing s's value has delivered it, outside the
+// trace lock and without the GIL: the graph may need it (a Python custom
+// op), and other Python threads trace on meanwhile. (Recovering a failed
+// graph takes the trace lock: read_cpu does that, with the GIL.)
+void wait_for_value(LazyStorage& s) {
+  ir::NodePtr leaf;
+  {
+    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    if (s.value() && !s.pending()) leaf = s.value().node;
+  }
+  TensorData* d = leaf ? payload_of(*leaf) : nullptr;
+  if (!d || d->resolved()) return;
+  GilReleased no_gil;
+  d->wait_delivered();
+}
+
 // The values of a disc tensor on the CPU, syncing first if they are pending.
 at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   LazyStorage& s = lazy_storage_of(src);
@@ -55,6 +72,7 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   // A read raises the failure of the graph that computed this tensor, and
   // no other: a failed step's error waits for the next sync (sync.h).
   if (pending) sync(cause, Owed::kKeep);
+  wait_for_value(s);
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().transfers_to_cpu++;
   return s.read_cpu(src);

@@ -87,27 +87,33 @@ void set_future_settler(void (*settle)()) { g_settle = settle; }
 void mark_graph_worker_thread() { t_graph_worker = true; }
 
 const at::Tensor& TensorData::get() {
-  if (state() != kReady) {
-    TORCH_INTERNAL_ASSERT(!t_graph_worker || resolved(),
-                          "disc: a graph started before one of its inputs was computed");
-    if (state() == kPending) {
-      static metrics::Named waits("async.host_waits");
-      ++waits;
-      // Poll for up to a millisecond, then sleep: a loss is published
-      // within a millisecond of its graph's start, and a thread asleep on
-      // a condition variable takes ~50 us more to wake on a VM.
-      constexpr int64_t kSpinUs = 1000;
-      poll_for(kSpinUs, [&] { return state() != kPending; });
-      std::unique_lock<std::mutex> lock(mu_);
-      wait_interruptibly(cv_, lock, [&] { return state() != kPending; });
-    }
-    if (state() == kOrphaned) {
-      if (void (*settle)() = g_settle.load()) settle();
-      TORCH_INTERNAL_ASSERT(resolved(), "disc: a failed graph's result was never recovered");
-    }
-  }
+  wait_resolved();
   if (state() == kFailed) std::rethrow_exception(error_);
   return tensor_;
+}
+
+void TensorData::wait_resolved() {
+  if (state() == kReady) return;
+  TORCH_INTERNAL_ASSERT(!t_graph_worker || resolved(),
+                        "disc: a graph started before one of its inputs was computed");
+  wait_delivered();
+  if (state() == kOrphaned) {
+    if (void (*settle)() = g_settle.load()) settle();
+    TORCH_INTERNAL_ASSERT(resolved(), "disc: a failed graph's result was never recovered");
+  }
+}
+
+void TensorData::wait_delivered() {
+  if (state() != kPending) return;
+  static metrics::Named waits("async.host_waits");
+  ++waits;
+  // Poll for up to a millisecond, then sleep: a loss is published within a
+  // millisecond of its graph's start, and a thread asleep on a condition
+  // variable takes ~50 us more to wake on a VM.
+  constexpr int64_t kSpinUs = 1000;
+  poll_for(kSpinUs, [&] { return state() != kPending; });
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_interruptibly(cv_, lock, [&] { return state() != kPending; });
 }
 
 void TensorData::set(State s) {

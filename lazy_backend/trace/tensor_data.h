@@ -26,6 +26,11 @@ class TensorData : public ir::Payload {
   // The tensor, waiting while the graph computing it runs; rethrows the
   // graph's error when it failed here.
   const at::Tensor& get();
+  // Waits until it is fulfilled or failed (settling a failed graph).
+  void wait_resolved();
+  // Waits until the graph computing it has fulfilled or orphaned it: the
+  // part of wait_resolved that takes no lock of ours.
+  void wait_delivered();
   bool ready() const { return state() == kReady; }
   // Fulfilled or failed. Both are no-ops once it is either.
   bool resolved() const { return state() == kReady || state() == kFailed; }

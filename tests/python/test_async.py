@@ -258,3 +258,39 @@ def test_ctrl_c_reaches_a_host_waiting_for_a_long_graph():
     assert words[0] == "interrupted", out.stdout
     assert float(words[1]) < 1.5  # the graph itself runs for seconds
     assert words[-2] == "value" and words[-1] != "nan"
+
+
+PYTHON_DISPATCH = """
+import torch, torch_disc
+from torch._dispatch.python import enable_python_dispatcher
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils import _pytree as pytree
+
+class Recording(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.devices = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for a in pytree.tree_leaves((args, kwargs)):
+            if isinstance(a, torch.Tensor):
+                self.devices.add(a.device.type)
+        return func(*args, **(kwargs or {}))
+
+x = torch.arange(1000, dtype=torch.float32).to("disc")
+with enable_python_dispatcher():  # what torch.compile's tracing turns on
+    print((x * 2).sum().item())
+with Recording() as mode:
+    print((x + 1).sum().item())
+print(sorted(mode.devices))
+"""
+
+
+@pytest.mark.parametrize("async_on", ["1", "0"])
+def test_python_dispatch_on_the_host_does_not_reach_the_graphs_ops(async_on):
+    # The graph worker inherits the host's dispatch state: with the Python
+    # dispatcher on it waited for the GIL that the host, waiting for the
+    # graph, held -- a hang. A dispatch mode saw disc's own CPU kernels.
+    r = run_python(PYTHON_DISPATCH, timeout=120, DISC_ASYNC=async_on)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["999000.0", "500500.0", "['disc']"]
