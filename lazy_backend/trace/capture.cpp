@@ -98,6 +98,7 @@ struct OpInfo {
   std::optional<std::string> unrecordable;
   bool random = false, arange = false;
   bool may_fail = false;  // on its data, when the graph runs: remember where it was traced
+  bool conv = false;      // convolution or convolution_backward (layout_of)
 };
 
 // Whether `full` is "<name>" or "<name>.<overload>" of `schema`, without
@@ -122,6 +123,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   info.random = op.hasTag(at::Tag::nondeterministic_seeded);
   info.arange = info.name.rfind("aten::arange", 0) == 0;
   info.may_fail = lowering::may_fail_on_data(info.id);
+  info.conv = lowering::is_convolution(info.id);
   return info;
 }
 
@@ -303,7 +305,45 @@ const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& na
 
 // New disc tensors for the node's fresh outputs; the mutated arguments'
 // storages now hold the node's later outputs.
-std::vector<at::Tensor> bind_outputs(const Recorded& rec, const MetaResult& shapes) {
+// Whether a convolution's results are channels_last in eager: when one of
+// its 4-D tensor arguments (input, weight, gradient) is, as ATen's CPU
+// convolutions decide; their Meta kernels say contiguous.
+bool conv_channels_last(const OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+  if (!info.conv) return false;
+  for (size_t i = 0; i < std::min<size_t>(args.size(), 3); ++i) {
+    if (!args[i].isTensor()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    if (t.defined() && t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast)
+      return true;
+  }
+  return false;
+}
+
+// A new disc tensor for `meta`: its strides where they are dense in another
+// order, or channels_last where eager's kernel would choose it.
+at::Tensor output_like(const at::Tensor& meta, bool channels_last) {
+  if (channels_last && meta.dim() == 4)
+    return empty_disc_like(meta.contiguous(at::MemoryFormat::ChannelsLast));
+  return empty_disc_like(meta);
+}
+
+// The layout an empty out= argument takes in eager: ATen's CPU kernels lay
+// a resized output out as their input of its sizes (abs.out of a
+// channels_last tensor is channels_last); Meta kernels make it row-major.
+at::Tensor out_layout(const at::Tensor& out, const at::Tensor& meta, c10::ArrayRef<c10::IValue> args) {
+  if (out.numel() != 0 || !meta.is_contiguous()) return meta;
+  for (const c10::IValue& v : args) {
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (t.defined() && !t.is_same(out) && t.sizes() == meta.sizes() && !t.is_contiguous() &&
+        t.is_non_overlapping_and_dense())
+      return at::empty_strided(meta.sizes(), t.strides(), meta.options());
+  }
+  return meta;
+}
+
+std::vector<at::Tensor> bind_outputs(const Recorded& rec, const MetaResult& shapes,
+                                     bool channels_last, c10::ArrayRef<c10::IValue> args) {
   std::vector<at::Tensor> results;
   for (size_t k = 0; k < shapes.fresh.size(); ++k) {
     const at::Tensor& meta = shapes.fresh[k];
@@ -311,12 +351,12 @@ std::vector<at::Tensor> bind_outputs(const Recorded& rec, const MetaResult& shap
       results.emplace_back();
       continue;
     }
-    at::Tensor out = empty_disc(meta.sizes(), meta.scalar_type());
+    at::Tensor out = output_like(meta, channels_last);
     lazy_storage_of(out).write(out, {rec.node, static_cast<uint32_t>(k)});
     results.push_back(out);
   }
   for (size_t j = 0; j < rec.mutated.size(); ++j) {
-    resize_disc(rec.mutated[j], shapes.mutated[j].sizes());
+    resize_disc(rec.mutated[j], out_layout(rec.mutated[j], shapes.mutated[j], args));
     lazy_storage_of(rec.mutated[j])
         .write(rec.mutated[j], {rec.node, static_cast<uint32_t>(shapes.fresh.size() + j)});
   }
@@ -383,7 +423,7 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   Recorded rec = record(info, schema, args, shapes->fresh, shapes->mutated);
   rec.node->origin = std::move(origin);
   metrics::counters().ops_traced++;
-  std::vector<at::Tensor> results = bind_outputs(rec, *shapes);
+  std::vector<at::Tensor> results = bind_outputs(rec, *shapes, conv_channels_last(info, args), args);
   push_returns(schema, args, results, shapes->return_sizes, stack);
 }
 

@@ -5,6 +5,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 
@@ -44,6 +45,12 @@ bool made_of_constants(const ir::Value& v) {
     for (const ir::Value& in : n->inputs) todo.push_back(in.node.get());
   }
   return true;
+}
+
+// Whether t sees every element of the buffer exactly once from offset 0.
+bool sees_whole_buffer(const at::Tensor& t, size_t nbytes) {
+  return t.storage_offset() == 0 && static_cast<size_t>(t.numel()) * t.element_size() == nbytes &&
+         t.is_non_overlapping_and_dense();
 }
 
 int64_t elements(size_t nbytes, at::ScalarType dtype) {
@@ -123,6 +130,8 @@ void LazyStorage::write(const at::Tensor& t, ir::Value v) {
   writer_ = this_thread_token();
   if (covers_storage(t, nbytes_)) {
     value_ = v;
+  } else if (sees_whole_buffer(t, nbytes_)) {  // channels_last: the buffer in memory order
+    value_ = op_reshape(op_permute(v, memory_order(t)), {t.numel()});
   } else {
     ir::Value base = typed_value(t.scalar_type());
     value_ = op_as_strided_scatter(base, v, t.sizes().vec(), t.strides().vec(),
@@ -219,6 +228,20 @@ void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
   }
 }
 
+void resize_disc(const at::Tensor& t, const at::Tensor& meta) {
+  const bool takes_strides = t.numel() == 0 && meta.numel() > 0 && !meta.is_contiguous() &&
+                             meta.is_non_overlapping_and_dense();
+  if (!takes_strides) return resize_disc(t, meta.sizes());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
+  const size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  LazyStorage& s = lazy_storage_of(t);
+  if (need > s.nbytes()) {
+    s.grow(need);
+    t.storage().set_nbytes(need);
+  }
+}
+
 ir::Value read_value(const at::Tensor& t) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   return lazy_storage_of(t).read(t);
@@ -252,6 +275,22 @@ c10::Allocator* disc_allocator() { return &g_allocator; }
 at::Tensor empty_disc(at::IntArrayRef sizes, at::ScalarType dtype) {
   constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
   return at::detail::empty_generic(sizes, &g_allocator, ks, dtype, std::nullopt);
+}
+
+std::vector<int64_t> memory_order(const at::Tensor& t) {
+  if (!t.defined() || t.is_contiguous() || !t.is_non_overlapping_and_dense()) return {};
+  std::vector<int64_t> dims(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) dims[d] = d;
+  std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  return dims;
+}
+
+at::Tensor empty_disc_like(const at::Tensor& meta) {
+  if (meta.is_contiguous() || !meta.is_non_overlapping_and_dense())
+    return empty_disc(meta.sizes(), meta.scalar_type());
+  constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
+  return at::detail::empty_strided_generic(meta.sizes(), meta.strides(), &g_allocator, ks,
+                                           meta.scalar_type());
 }
 
 }  // namespace disc

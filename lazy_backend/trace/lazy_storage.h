@@ -89,6 +89,10 @@ bool is_disc(const at::Tensor& t);
 // Gives a disc tensor new (contiguous) sizes, growing its storage if needed:
 // resize_, and out= ops that resize their output. Equal sizes keep strides.
 void resize_disc(const at::Tensor& t, at::IntArrayRef sizes);
+// The same for an out= argument after its op's Meta kernel ran on it: an
+// empty one takes the strides the kernel gave it (an abs.out of a
+// channels_last tensor is channels_last, as in eager).
+void resize_disc(const at::Tensor& t, const at::Tensor& meta);
 // Reads a disc tensor's value (takes trace_mutex()).
 ir::Value read_value(const at::Tensor& t);
 
@@ -100,5 +104,11 @@ std::vector<LazyStorage*> live_storages();
 
 c10::Allocator* disc_allocator();
 at::Tensor empty_disc(at::IntArrayRef sizes, at::ScalarType dtype);
+// t's dims in memory order, outermost first, where t is dense in another
+// order than row-major (channels_last); empty otherwise.
+std::vector<int64_t> memory_order(const at::Tensor& t);
+// A new disc tensor of `meta`'s sizes and dtype, and its strides where they
+// are dense in another order (channels_last), as eager lays out the result.
+at::Tensor empty_disc_like(const at::Tensor& meta);
 
 }  // namespace disc

@@ -135,6 +135,13 @@ ir::Value op_reshape(const ir::Value& v, const std::vector<int64_t>& sizes) {
           0};
 }
 
+ir::Value op_permute(const ir::Value& v, const std::vector<int64_t>& dims) {
+  const std::vector<int64_t>& in = type_of(v).sizes;
+  std::vector<int64_t> sizes;
+  for (int64_t d : dims) sizes.push_back(in[d]);
+  return {NodeBuilder("aten::permute").tensor(v).ints(dims).output({type_of(v).dtype, sizes}).build(), 0};
+}
+
 ir::Value op_view_dtype(const ir::Value& flat, ir::DType dtype, int64_t numel) {
   return {NodeBuilder("aten::view.dtype")
               .tensor(flat)

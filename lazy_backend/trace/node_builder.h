@@ -48,6 +48,7 @@ const ir::TensorType& type_of(const ir::Value& v);
 // Internal ops of the storage model. Each returns the single output.
 ir::Value op_zeros(const ir::TensorType& type);
 ir::Value op_reshape(const ir::Value& v, const std::vector<int64_t>& sizes);
+ir::Value op_permute(const ir::Value& v, const std::vector<int64_t>& dims);
 ir::Value op_view_dtype(const ir::Value& flat, ir::DType dtype, int64_t numel);
 ir::Value op_as_strided(const ir::Value& base, const std::vector<int64_t>& sizes,
                         const std::vector<int64_t>& strides, int64_t offset);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "lazy_backend/trace/lazy_storage.h"
 #include "lowering/ir/hash.h"
 
 namespace disc {
@@ -211,8 +212,24 @@ struct SymbolicEntry {
   std::vector<c10::ScalarType> dtypes;  // per fresh output; Undefined if none
   std::vector<c10::ScalarType> mutated_dtypes;
   std::vector<std::vector<DimCode>> fresh, mutated;
+  // Per fresh and mutated output: its dims in memory order where it is
+  // dense in another order than row-major (channels_last), else empty.
+  std::vector<std::vector<int64_t>> fresh_order, mutated_order;
   std::vector<size_t> return_sizes;
 };
+
+// A meta tensor of `sizes` laid out in `order` (memory_order), or row-major.
+at::Tensor meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& order,
+                       c10::ScalarType dtype) {
+  const auto options = at::TensorOptions().dtype(dtype).device(c10::kMeta);
+  if (order.empty()) return at::empty(sizes, options);
+  std::vector<int64_t> in_order, back(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    in_order.push_back(sizes[order[k]]);
+    back[order[k]] = static_cast<int64_t>(k);
+  }
+  return at::empty(in_order, options).permute(back);
+}
 
 std::optional<std::vector<DimCode>> encode(at::IntArrayRef sizes,
                                            const std::vector<int64_t>& symbols) {
@@ -265,14 +282,12 @@ std::optional<MetaResult> lookup_symbolic_shapes(const c10::OperatorHandle& op,
   if (it == symbolic_cache().end()) return std::nullopt;
   const SymbolicEntry& e = it->second;
   MetaResult r;
-  const auto meta = [&](const std::vector<DimCode>& dims, c10::ScalarType dt) {
-    return at::empty(decode(dims, k->symbols), at::TensorOptions().dtype(dt).device(c10::kMeta));
-  };
   for (size_t j = 0; j < e.fresh.size(); ++j)
-    r.fresh.push_back(e.dtypes[j] == c10::ScalarType::Undefined ? at::Tensor()
-                                                                : meta(e.fresh[j], e.dtypes[j]));
+    r.fresh.push_back(e.dtypes[j] == c10::ScalarType::Undefined
+                          ? at::Tensor()
+                          : meta_tensor(decode(e.fresh[j], k->symbols), e.fresh_order[j], e.dtypes[j]));
   for (size_t j = 0; j < e.mutated.size(); ++j)
-    r.mutated.push_back(meta(e.mutated[j], e.mutated_dtypes[j]));
+    r.mutated.push_back(meta_tensor(decode(e.mutated[j], k->symbols), e.mutated_order[j], e.mutated_dtypes[j]));
   r.return_sizes = e.return_sizes;
   return r;
 }
@@ -288,11 +303,13 @@ void remember_symbolic_shapes(const c10::OperatorHandle& op, c10::ArrayRef<c10::
     auto dims = t.defined() ? encode(t.sizes(), k->symbols) : std::vector<DimCode>{};
     if (!dims) return;
     e.fresh.push_back(std::move(*dims));
+    e.fresh_order.push_back(memory_order(t));
   }
   for (const at::Tensor& t : result.mutated) {
     auto dims = encode(t.sizes(), k->symbols);
     if (!dims) return;
     e.mutated.push_back(std::move(*dims));
+    e.mutated_order.push_back(memory_order(t));
     e.mutated_dtypes.push_back(t.scalar_type());
   }
   std::lock_guard<std::mutex> lock(g_mu);

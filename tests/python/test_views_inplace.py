@@ -114,6 +114,38 @@ def test_strides_match_cpu():
     assert x[1:, 1:].storage_offset() == 5
 
 
+def channels_last_cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1, groups=2), torch.nn.GELU(),
+    ).to(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("layer", range(6))
+def test_channels_last_results_keep_eager_strides(layer, counters):
+    # Eager returns channels_last from element-wise ops, pooling and
+    # convolutions of channels_last tensors; disc returned NCHW strides.
+    cpu = channels_last_cnn()[: layer + 1]
+    disc = channels_last_cnn().to("disc")[: layer + 1]
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    xd = x.to("disc").requires_grad_()
+    x.requires_grad_()
+    y, yd = cpu(x), disc(xd)
+    assert yd.stride() == y.stride()
+    torch.testing.assert_close(yd.cpu(), y, rtol=1e-5, atol=1e-5)
+    assert yd.cpu().stride() == y.stride()
+    w = torch.randn(y.shape)  # a loss whose gradients do not cancel out
+    (y * w).sum().backward()
+    (yd * w.to("disc")).sum().backward()
+    assert xd.grad.stride() == x.grad.stride()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    for p, pd in zip(cpu.parameters(), disc.parameters()):
+        assert pd.grad.stride() == p.grad.stride()
+        torch.testing.assert_close(pd.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4)
+    assert counters().get("fallbacks", 0) == 0
+
+
 def test_autograd_through_inplace_on_views():
     a = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
     ad = a.detach().to("disc").requires_grad_()
