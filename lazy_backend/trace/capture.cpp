@@ -98,7 +98,7 @@ struct OpInfo {
   std::optional<std::string> unrecordable;
   bool random = false, arange = false;
   bool may_fail = false;  // on its data, when the graph runs: remember where it was traced
-  bool conv = false;      // convolution or convolution_backward (layout_of)
+  bool conv = false;      // convolution or convolution_backward (conv_channels_last)
 };
 
 // Whether `full` is "<name>" or "<name>.<overload>" of `schema`, without
@@ -303,8 +303,6 @@ const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& na
   return &scratch;
 }
 
-// New disc tensors for the node's fresh outputs; the mutated arguments'
-// storages now hold the node's later outputs.
 // Whether a convolution's results are channels_last in eager: when one of
 // its 4-D tensor arguments (input, weight, gradient) is, as ATen's CPU
 // convolutions decide; their Meta kernels say contiguous.
@@ -342,6 +340,8 @@ at::Tensor out_layout(const at::Tensor& out, const at::Tensor& meta, c10::ArrayR
   return meta;
 }
 
+// New disc tensors for the node's fresh outputs; the mutated arguments'
+// storages now hold the node's later outputs.
 std::vector<at::Tensor> bind_outputs(const Recorded& rec, const MetaResult& shapes,
                                      bool channels_last, c10::ArrayRef<c10::IValue> args) {
   std::vector<at::Tensor> results;
