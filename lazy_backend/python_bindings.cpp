@@ -87,10 +87,10 @@ std::thread::id& main_thread() {
 
 // A pending signal's exception (KeyboardInterrupt for Ctrl-C), raised into
 // the host waiting on the main thread; torch's bindings hand it back to
-// Python. torch lets go of the GIL around ops (loss.item() waits without
-// it), so the check takes it for a moment: our bindings that take the trace
-// lock release the GIL first, so no thread holds the GIL waiting for a
-// lock this one holds.
+// Python. A host waits without the GIL (a read, our sync binding), so the
+// check takes it for a moment. Known limit: a settle waits under the trace
+// lock, and a thread tracing takes that lock holding the GIL, so with
+// several Python threads this check can wait on one that waits on us.
 void raise_pending_signal() {
   if (!Py_IsInitialized() || std::this_thread::get_id() != main_thread()) return;
   py::gil_scoped_acquire gil;

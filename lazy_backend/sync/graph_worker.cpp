@@ -154,10 +154,9 @@ bool wait_for_worker_interruptibly() { return worker().wait(true); }
 
 namespace {
 std::atomic<void (*)()> g_interrupt_check{nullptr};
-}  // namespace
-
 std::atomic<void* (*)()> g_release_gil{nullptr};
 std::atomic<void (*)(void*)> g_restore_gil{nullptr};
+}  // namespace
 
 void set_gil_hooks(void* (*release)(), void (*restore)(void*)) {
   g_release_gil = release;

@@ -34,7 +34,7 @@ struct Launch {
   std::vector<ir::Value> roots;    // the traces it computes
   std::vector<ir::Value> results;  // one future data leaf per root
   // Per root: what its buffer holds if the graph fails (LazyStorage::
-  // fallback()), and the thread that traced it (owed the failure).
+  // fallback()), and the thread that traced it (failing if it fails).
   std::vector<ir::Value> fallbacks;
   std::vector<uint64_t> writers;
   ir::Graph graph;
@@ -200,10 +200,11 @@ std::vector<PartOutcome> rerun_parts(const Launch& l, const std::vector<std::vec
 void recover(Launch& l) {
   static metrics::Named restored("failures.restored_buffers"), failed("failures.failed_buffers");
   metrics::bump(l.skipped ? "async.skipped_launches" : "failed_syncs");
-  std::vector<std::vector<size_t>> parts = independent_parts(l.graph);
-  if (l.failure.inputs_overwritten) parts = {all_results(l)};
-  const std::vector<PartOutcome> outcomes =
-      l.failure.inputs_overwritten ? std::vector<PartOutcome>{{{}, l.error}} : rerun_parts(l, parts);
+  // A run that overwrote inputs fails as one part: nothing runs again.
+  const std::vector<std::vector<size_t>> parts =
+      l.failure.inputs_overwritten ? std::vector<std::vector<size_t>>{all_results(l)}
+                                   : independent_parts(l.graph);
+  const std::vector<PartOutcome> outcomes = rerun_parts(l, parts);
   // Recorded before a result is failed: a thread that reads one raises the
   // error, which ends its failure (failure_seen).
   for (size_t p = 0; p < parts.size(); ++p) {

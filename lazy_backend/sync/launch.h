@@ -21,7 +21,7 @@ bool older_launch_failed();
 
 // Waits for the launches in flight and recovers those that failed, oldest
 // first: every tensor a failed graph was to write gets its value from
-// before it or its error, which is owed to the threads that traced it
+// before it or its error, and the threads that traced it are failing
 // (failures.h).
 void settle();
 

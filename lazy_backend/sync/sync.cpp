@@ -1,8 +1,8 @@
 // The sync, after torch_xla's SyncTensorsGraph: collect -> build and hash
 // -> look up or compile -> settle earlier graphs if one failed -> launch
-// (bind future results, run on the graph worker) -> raise a failure owed to
-// this thread. Each step is one call: pending.h has the first three,
-// launch.h the hand-over and recovery, failures.h the owed errors.
+// (bind future results, run on the graph worker) -> raise this thread's
+// failure. Each step is one call: pending.h has the first three, launch.h
+// the hand-over and recovery, failures.h which threads are failing.
 #include "lazy_backend/sync/sync.h"
 
 #include <cstdio>

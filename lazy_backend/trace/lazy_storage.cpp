@@ -216,10 +216,11 @@ bool is_disc(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
-void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
-  if (t.sizes() == sizes) return;
-  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
-  size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
+namespace {
+
+// Grows t's storage to the bytes its new geometry reaches.
+void fit_storage(const at::Tensor& t) {
+  const size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   LazyStorage& s = lazy_storage_of(t);
   if (need > s.nbytes()) {
@@ -228,18 +229,19 @@ void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
   }
 }
 
+}  // namespace
+
+void resize_disc(const at::Tensor& t, at::IntArrayRef sizes) {
+  if (t.sizes() == sizes) return;
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  fit_storage(t);
+}
+
 void resize_disc(const at::Tensor& t, const at::Tensor& meta) {
-  const bool takes_strides = t.numel() == 0 && meta.numel() > 0 && !meta.is_contiguous() &&
-                             meta.is_non_overlapping_and_dense();
+  const bool takes_strides = t.numel() == 0 && meta.numel() > 0 && !memory_order(meta).empty();
   if (!takes_strides) return resize_disc(t, meta.sizes());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
-  const size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  LazyStorage& s = lazy_storage_of(t);
-  if (need > s.nbytes()) {
-    s.grow(need);
-    t.storage().set_nbytes(need);
-  }
+  fit_storage(t);
 }
 
 ir::Value read_value(const at::Tensor& t) {
@@ -286,8 +288,7 @@ std::vector<int64_t> memory_order(const at::Tensor& t) {
 }
 
 at::Tensor empty_disc_like(const at::Tensor& meta) {
-  if (meta.is_contiguous() || !meta.is_non_overlapping_and_dense())
-    return empty_disc(meta.sizes(), meta.scalar_type());
+  if (memory_order(meta).empty()) return empty_disc(meta.sizes(), meta.scalar_type());
   constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
   return at::detail::empty_strided_generic(meta.sizes(), meta.strides(), &g_allocator, ks,
                                            meta.scalar_type());
