@@ -1,8 +1,10 @@
 // Registers the disc device with c10/ATen: one device (disc:0), a device
-// guard, the allocator of lazy storages, and the PrivateUse1 hooks.
+// guard, the allocator of lazy storages, and the PrivateUse1 hooks (pinned
+// host memory included).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "lazy_backend/device/pinned_memory.h"
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/exec/host_cache.h"
 #include "lazy_backend/trace/lazy_storage.h"
@@ -40,6 +42,8 @@ struct DiscHooks final : at::PrivateUse1HooksInterface {
   }
   at::Device getDeviceFromPtr(void*) const override { return {kDisc, 0}; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_memory_allocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
   c10::DeviceIndex deviceCount() const override { return 1; }
   c10::DeviceIndex getCurrentDevice() const override { return 0; }
   void setCurrentDevice(c10::DeviceIndex d) const override {

@@ -75,3 +75,19 @@ def test_print_is_a_sync_not_a_fallback(counters, capsys):
     assert "tensor([0., 2., 4., 6.], device='disc:0')" in out
     assert counters().get("sync.print") == 1
     assert counters()["fallbacks"] == 0
+
+
+def test_pin_memory_and_pinned_data_loader():
+    # With disc the accelerator, pin_memory() asks its hooks for pinned host
+    # memory; disc buffers are host memory, so pinned tensors are plain CPU
+    # allocations that is_pinned() recognises.
+    x = torch.randn(3, 4)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and not x.is_pinned()
+    assert pinned.device.type == "cpu" and torch.equal(pinned, x)
+    assert torch.equal(pinned.to("disc", non_blocking=True).cpu(), x)
+    assert torch.empty(3, pin_memory=True).is_pinned()
+    data = torch.utils.data.TensorDataset(torch.randn(10, 3), torch.arange(10))
+    batches = list(torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True))
+    assert [b[0].shape[0] for b in batches] == [4, 4, 2]
+    assert all(t.is_pinned() for b in batches for t in b)
