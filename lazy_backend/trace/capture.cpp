@@ -394,12 +394,48 @@ void push_returns(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> 
   for (auto& v : out) stack->push_back(std::move(v));
 }
 
+bool has_math_bits(const at::Tensor& t) {
+  return t.defined() && (t.is_conj() || t.is_neg());
+}
+
+// Ops that handle the conjugate and negative bits themselves (mm, dot,
+// clone) reach disc with them set: their inputs become plain values, and an
+// output with a bit set is an error rather than a silently plain write.
+void resolve_math_bits(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                       const std::string& name) {
+  const size_t n = schema.arguments().size();
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    const auto* alias = schema.arguments()[i].alias_info();
+    const bool written = alias && alias->isWrite();
+    if (v.isTensor() && has_math_bits(v.toTensor())) {
+      TORCH_CHECK(!written, "disc: ", name, " cannot write into a conjugate or negative view; "
+                  "resolve_conj() / resolve_neg() it first");
+      v = without_math_bits(v.toTensor());
+    } else if (v.isTensorList() && !written) {
+      auto list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k)
+        if (has_math_bits(list[k])) list.set(k, without_math_bits(list[k]));
+    }
+  }
+}
+
 }  // namespace
+
+at::Tensor without_math_bits(const at::Tensor& t) {
+  at::Tensor r = t;
+  // Each step clears its bit (_neg_view and conj toggle it on the same
+  // buffer), then applies its math to the plain values.
+  if (r.is_neg()) r = at::neg(r._neg_view());
+  if (r.is_conj()) r = at::conj_physical(r.conj());
+  return r;
+}
 
 void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
                          torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const OpInfo& info = op_info(op);
+  resolve_math_bits(schema, stack, info.name);
   c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, schema.arguments().size());
   if (auto why = unrecordable(info, schema, args)) return cpu_fallback(op, stack, *why);
 

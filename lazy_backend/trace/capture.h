@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/core/Tensor.h>
 
 #include <string>
 
@@ -22,6 +23,12 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 // Registers the capture kernel for every structured ATen op (see
 // capture_registrations.cpp); returns how many. Idempotent.
 size_t register_structured_captures();
+
+// t's values without its conjugate and negative bits: a conj() or
+// _neg_view() view shares its base's buffer and marks the math in its key
+// set, which the trace (values, not tensors) would lose. Applies the math
+// as recorded ops; t itself when it has neither bit.
+at::Tensor without_math_bits(const at::Tensor& t);
 
 // Ops that must not be recorded even though they could be: their output shape
 // depends on data, or they read values on the host.

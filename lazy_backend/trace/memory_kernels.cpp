@@ -75,20 +75,30 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   wait_for_value(s);
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   metrics::counters().transfers_to_cpu++;
-  return s.read_cpu(src);
+  at::Tensor cpu = s.read_cpu(src);
+  // The buffer holds a conjugate or negative view's base values: the CPU
+  // tensor carries the same bits, so CPU ops (copy_, item) apply them.
+  if (src.is_conj()) cpu = cpu._conj();
+  if (src.is_neg()) cpu = cpu._neg_view();
+  return cpu;
 }
 
 // dst (disc) = src (disc or CPU), broadcast and converted as copy_ does.
 void copy_into_disc(const at::Tensor& dst, const at::Tensor& src) {
+  // The values dst's buffer must hold: src's, through dst's conjugate and
+  // negative bits when dst is such a view.
+  at::Tensor values = is_disc(src) ? without_math_bits(src) : src.resolve_conj().resolve_neg();
+  if (dst.is_conj()) values = at::conj_physical(values);
+  if (dst.is_neg()) values = at::neg(values);
   ir::Value v;
-  if (is_disc(src)) {
-    v = read_value(src);
+  if (is_disc(values)) {
+    v = read_value(values);
   } else {
-    TORCH_CHECK(src.device().is_cpu(), "disc: cannot copy from ", src.device(), " to disc");
-    to_ir(src.scalar_type());
+    TORCH_CHECK(values.device().is_cpu(), "disc: cannot copy from ", values.device(), " to disc");
+    to_ir(values.scalar_type());
     metrics::counters().transfers_to_disc++;
     // A snapshot: the caller may change its CPU tensor right after.
-    v = make_data(src.clone(at::MemoryFormat::Contiguous));
+    v = make_data(values.clone(at::MemoryFormat::Contiguous));
   }
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   LazyStorage& s = lazy_storage_of(dst);

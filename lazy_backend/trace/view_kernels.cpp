@@ -15,6 +15,8 @@
 #include <ATen/ops/transpose_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/unsqueeze_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -116,6 +118,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("view.dtype", TORCH_FN(at::native::view_dtype));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  // A complex buffer seen as pairs of reals and back (z.real, z.imag, fft):
+  // reads reinterpret the buffer's value as view.dtype's do.
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   // Recorded as themselves.
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));

@@ -247,3 +247,46 @@ def test_batch_norm_updates_its_running_statistics_as_on_cpu(module, counters):
     for name, buf in cpu.named_buffers():
         torch.testing.assert_close(getattr(disc, name).cpu(), buf, rtol=1e-5, atol=1e-6, msg=name)
     assert counters().get("fallbacks", 0) == 0
+
+
+# conj() and _neg_view() are views that mark their math in a bit of the key
+# set; ops that handle the bits themselves (mm, clone, copy_) reach disc with
+# them set. Every case here read the base's plain values before.
+def in_place_on_conj_view(z):
+    c = z.clone()
+    c.conj().mul_(1j)
+    return c
+
+
+COMPLEX_CASES = {
+    "read": lambda z: z.conj(),
+    "elementwise": lambda z: z.conj() * 2,
+    "view of it": lambda z: z.conj()[1],
+    "mm": lambda z: z.conj() @ z.T,
+    "clone": lambda z: z.conj().clone(),
+    "sum": lambda z: z.conj().sum(),
+    "neg view": lambda z: torch._neg_view(z.real) * 1,
+    "imag of conj": lambda z: z.conj().imag * 1,
+    "view_as_real": lambda z: torch.view_as_real(z.conj().resolve_conj()),
+    "copy into conj view": lambda z: z.clone().conj().copy_(z),
+    "in place on conj view": lambda z: in_place_on_conj_view(z),
+    "ihfft": lambda z: torch.fft.ihfft(z.real),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMPLEX_CASES))
+def test_conjugate_and_negative_views_read_as_on_cpu(case, counters):
+    z = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    f = COMPLEX_CASES[case]
+    expected = f(z).resolve_conj().resolve_neg()
+    actual = f(z.to("disc")).cpu().resolve_conj().resolve_neg()
+    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+    assert counters()["fallbacks"] == 0
+
+
+def test_real_and_imag_are_views_of_the_complex_buffer():
+    cpu, disc = both(torch.randn(2, 3, dtype=torch.complex64))
+    for t in (cpu, disc):
+        t.real.mul_(2)
+        t.imag[0].add_(1)
+    check(cpu, disc)
