@@ -12,6 +12,7 @@
 #include <ATen/ops/select_native.h>
 #include <ATen/ops/slice_native.h>
 #include <ATen/ops/squeeze_native.h>
+#include <ATen/ops/t_native.h>
 #include <ATen/ops/transpose_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/unsqueeze_native.h>
@@ -122,6 +123,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // reads reinterpret the buffer's value as view.dtype's do.
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
   m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  // In-place views change only the tensor's own sizes and strides; reads
+  // then go through the new geometry. (Recorded, they would rewrite the
+  // buffer in a new layout under the old geometry: stft's transpose_.)
+  m.impl("transpose_", TORCH_FN(at::native::transpose_));
+  m.impl("t_", TORCH_FN(at::native::t_));
+  m.impl("unsqueeze_", TORCH_FN(at::native::unsqueeze_));
+  m.impl("squeeze_", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&)>(at::native::squeeze_)));
+  m.impl("squeeze_.dim",
+         TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, int64_t)>(at::native::squeeze_)));
+  m.impl("squeeze_.dims", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, at::IntArrayRef)>(
+                              at::native::squeeze_)));
+  m.impl("as_strided_", TORCH_FN(at::native::as_strided__symint));
   // Recorded as themselves.
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));

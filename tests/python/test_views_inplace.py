@@ -290,3 +290,27 @@ def test_real_and_imag_are_views_of_the_complex_buffer():
         t.real.mul_(2)
         t.imag[0].add_(1)
     check(cpu, disc)
+
+
+def test_in_place_views_change_only_the_tensor_geometry():
+    cpu, disc = both(torch.arange(24.0).reshape(2, 3, 4))
+    outs = []
+    for t in (cpu, disc):
+        v = t * 1
+        v.transpose_(1, 2)
+        v.unsqueeze_(0)
+        v.squeeze_(0)
+        v.t_() if v.dim() == 2 else v.as_strided_((4, 3), (1, 4), 12)
+        outs.append(v)
+    assert outs[1].stride() == outs[0].stride()
+    check(outs[0], outs[1])
+
+
+def test_stft_keeps_eager_values_and_strides():
+    # stft transposes its result in place (transpose_, squeeze_)
+    x = torch.randn(40, generator=torch.Generator().manual_seed(0))
+    window = torch.hann_window(8)
+    expected = torch.stft(x, 8, window=window, return_complex=True)
+    actual = torch.stft(x.to("disc"), 8, window=window.to("disc"), return_complex=True)
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-5)
