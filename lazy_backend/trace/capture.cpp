@@ -12,6 +12,7 @@
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/shape_cache.h"
+#include "lazy_backend/trace/shape_rules.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/ops.h"
@@ -223,6 +224,21 @@ bool means_no_meta(const std::string& msg) {
          msg.find("DynamicOutputShape") != std::string::npos;
 }
 
+// Where an op's Meta kernel and its CPU kernel disagree, the CPU's shapes:
+// the graph runs the CPU kernel. Batch norm in eval saves no statistics
+// (CPU returns them empty; Meta says [C]); nonzero_static's indices are
+// row-major on CPU, column-major from Meta.
+void match_cpu_kernel(const std::string& name, c10::ArrayRef<c10::IValue> args, MetaResult& r) {
+  if (name == "aten::nonzero_static" && r.fresh.size() == 1)
+    r.fresh[0] = at::empty(r.fresh[0].sizes(), r.fresh[0].options());
+  const bool eval_batch_norm =
+      name == "aten::_native_batch_norm_legit_no_training" ||
+      (name == "aten::_native_batch_norm_legit" && args.size() > 5 && args[5].isBool() &&
+       !args[5].toBool());
+  if (eval_batch_norm && r.fresh.size() == 3)
+    for (size_t k = 1; k < 3; ++k) r.fresh[k] = at::empty({0}, r.fresh[k].options());
+}
+
 // Output types from the op's Meta kernel; nullopt when it has none.
 std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std::string& name,
                                        c10::ArrayRef<c10::IValue> args) {
@@ -260,6 +276,7 @@ std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std:
     }
     r.return_sizes.push_back(r.fresh.size() - before);
   }
+  match_cpu_kernel(name, args, r);
   for (size_t i = 0; i < args.size(); ++i) {
     const auto* alias = schema.arguments()[i].alias_info();
     if (!alias || !alias->isWrite()) continue;
@@ -293,6 +310,7 @@ const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& na
     metrics::bump("shape_cache.symbolic_hits");
   } else {
     r = infer_shapes(op, name, args);
+    if (!r) r = shapes_by_rule(name, args);
     if (!r) return nullptr;
     scratch = std::move(*r);
     remember_symbolic_shapes(op, args, scratch);

@@ -58,3 +58,35 @@ def test_explicit_cpu_generator_falls_back_and_is_reproducible(counters):
     b = x.uniform_(generator=torch.Generator().manual_seed(3)).cpu()
     assert torch.equal(a, b)
     assert counters()["fallback.aten::uniform_"] == 2
+
+
+# Ops that PyTorch gives no Meta kernel, though their result shapes follow
+# from their arguments', and ops whose shapes do not depend on values after
+# all: recorded (a rule in shape_rules.cpp or their Meta kernel), not run on
+# the CPU fallback.
+RECORDED_WITHOUT_META = {
+    "cummax": lambda x: torch.cummax(x, 1),
+    "logcumsumexp": lambda x: torch.logcumsumexp(x, 1),
+    "geqrf": lambda x: torch.geqrf(x),
+    "histc": lambda x: torch.histc(x, 7, -1, 1),
+    "histogram": lambda x: torch.histogram(x, 5),
+    "nonzero_static": lambda x: torch.nonzero_static(x > 0, size=6),
+    "masked_scatter": lambda x: x.masked_scatter(x > 0, x * 10),
+    "multi_margin_loss backward": lambda x: torch.autograd.grad(
+        torch.nn.functional.multi_margin_loss(x, torch.tensor([1, 2, 0, 3], device=x.device)),
+        x)[0],
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED_WITHOUT_META))
+def test_ops_without_meta_kernels_are_recorded(case, counters):
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    f = RECORDED_WITHOUT_META[case]
+    expected = f(x.clone().requires_grad_())
+    actual = f(x.to("disc").requires_grad_())
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    for a, e in zip(actual, expected):
+        assert a.device.type == "disc" and a.stride() == e.stride()
+        torch.testing.assert_close(a.cpu(), e.detach())
+    assert counters()["fallbacks"] == 0

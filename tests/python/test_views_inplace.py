@@ -314,3 +314,13 @@ def test_stft_keeps_eager_values_and_strides():
     actual = torch.stft(x.to("disc"), 8, window=window.to("disc"), return_complex=True)
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_eval_batch_norm_saves_no_statistics_as_on_cpu():
+    x, w = torch.randn(3, 2, 4), torch.randn(2)
+    stats = (torch.zeros(2), torch.ones(2))
+    args = lambda dev: [t.to(dev) for t in (x, w, w) + stats]
+    expected = torch.native_batch_norm(*args("cpu"), False, 0.1, 1e-5)
+    actual = torch.native_batch_norm(*args("disc"), False, 0.1, 1e-5)
+    assert [t.shape for t in actual] == [t.shape for t in expected]  # saved mean, invstd: [0]
+    torch.testing.assert_close(actual[0].cpu(), expected[0])

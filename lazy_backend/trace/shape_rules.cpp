@@ -1,0 +1,131 @@
+#include "lazy_backend/trace/shape_rules.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <functional>
+#include <unordered_map>
+
+namespace disc {
+
+namespace {
+
+at::Tensor meta(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(c10::kMeta));
+}
+
+at::Tensor meta_like(const c10::IValue& v) {
+  const at::Tensor& t = v.toTensor();
+  return meta(t.sizes(), t.scalar_type());
+}
+
+// One result per schema return, each a single tensor.
+MetaResult returning(std::vector<at::Tensor> fresh) {
+  MetaResult r;
+  r.return_sizes.assign(fresh.size(), 1);
+  r.fresh = std::move(fresh);
+  return r;
+}
+
+// The input's shape again (what a scan or a loss's input gradient has).
+MetaResult like_argument(c10::ArrayRef<c10::IValue> args, size_t i) {
+  return returning({meta_like(args[i])});
+}
+
+// _cummax_helper(self, values(a!), indices(b!), dim): both written with
+// self's shape.
+MetaResult cumulative_helper(c10::ArrayRef<c10::IValue> args) {
+  MetaResult r;
+  const at::Tensor& self = args[0].toTensor();
+  r.mutated = {meta(self.sizes(), args[1].toTensor().scalar_type()),
+               meta(self.sizes(), args[2].toTensor().scalar_type())};
+  return r;
+}
+
+// geqrf(A) -> (a, tau): a as LAPACK leaves it, column-major per matrix;
+// tau holds min(m, n) reflector scales per matrix.
+MetaResult geqrf(c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& a = args[0].toTensor();
+  const int64_t m = a.size(-2), n = a.size(-1);
+  std::vector<int64_t> strides(a.dim());
+  strides[a.dim() - 2] = 1;
+  strides[a.dim() - 1] = m;
+  int64_t step = m * n;
+  for (int64_t d = a.dim() - 3; d >= 0; --d) {
+    strides[d] = step;
+    step *= a.size(d);
+  }
+  std::vector<int64_t> tau(a.sizes().begin(), a.sizes().end() - 2);
+  tau.push_back(std::min(m, n));
+  return returning({at::empty_strided(a.sizes(), strides, a.options().device(c10::kMeta)),
+                    meta(tau, a.scalar_type())});
+}
+
+// histogram.bin_ct(self, bins, ...) -> (hist [bins], bin_edges [bins + 1]).
+MetaResult histogram(c10::ArrayRef<c10::IValue> args) {
+  const int64_t bins = args[1].toInt();
+  const at::ScalarType t = args[0].toTensor().scalar_type();
+  return returning({meta({bins}, t), meta({bins + 1}, t)});
+}
+
+// histogram.bins_tensor(self, bins, ...) -> (hist, bin_edges): bins are the
+// edges, so one count fewer.
+MetaResult histogram_by_edges(c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& edges = args[1].toTensor();
+  return returning({meta({edges.numel() - 1}, args[0].toTensor().scalar_type()), meta_like(args[1])});
+}
+
+// _histogramdd_from_bin_tensors(self, bins[], ...): a count per pair of
+// neighbouring edges along each dim.
+MetaResult histogramdd_counts_by_edges(c10::ArrayRef<c10::IValue> args) {
+  std::vector<int64_t> sizes;
+  for (const at::Tensor& edges : args[1].toTensorVector()) sizes.push_back(edges.numel() - 1);
+  return returning({meta(sizes, args[0].toTensor().scalar_type())});
+}
+
+// _histogramdd_bin_edges(self, bins[], ...) -> one [bins[i] + 1] per dim.
+MetaResult histogramdd_bin_edges(c10::ArrayRef<c10::IValue> args) {
+  MetaResult r;
+  const at::ScalarType t = args[0].toTensor().scalar_type();
+  for (int64_t b : args[1].toIntVector()) r.fresh.push_back(meta({b + 1}, t));
+  r.return_sizes = {r.fresh.size()};
+  return r;
+}
+
+// _histogramdd_from_bin_cts(self, bins[], ...) -> counts of shape bins.
+MetaResult histogramdd_counts(c10::ArrayRef<c10::IValue> args) {
+  return returning({meta(args[1].toIntVector(), args[0].toTensor().scalar_type())});
+}
+
+using Rule = std::function<MetaResult(c10::ArrayRef<c10::IValue>)>;
+
+const std::unordered_map<std::string, Rule>& rules() {
+  static const std::unordered_map<std::string, Rule> table = {
+      {"aten::_cummax_helper", cumulative_helper},
+      {"aten::_cummin_helper", cumulative_helper},
+      {"aten::_logcumsumexp", [](auto args) { return like_argument(args, 0); }},
+      {"aten::geqrf", geqrf},
+      {"aten::histogram.bin_ct", histogram},
+      {"aten::histogram.bins_tensor", histogram_by_edges},
+      {"aten::_histogramdd_bin_edges", histogramdd_bin_edges},
+      {"aten::_histogramdd_from_bin_tensors", histogramdd_counts_by_edges},
+      {"aten::_histogramdd_from_bin_cts", histogramdd_counts},
+      // (grad_output, self, ...) -> grad_self
+      {"aten::multi_margin_loss_backward", [](auto args) { return like_argument(args, 1); }},
+      {"aten::multilabel_margin_loss_backward", [](auto args) { return like_argument(args, 1); }},
+      // (grad, log_probs, ...) -> grad_log_probs
+      {"aten::_ctc_loss_backward", [](auto args) { return like_argument(args, 1); }},
+      {"aten::_ctc_loss_backward.Tensor", [](auto args) { return like_argument(args, 1); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::optional<MetaResult> shapes_by_rule(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  auto it = rules().find(name);
+  if (it == rules().end()) return std::nullopt;
+  return it->second(args);
+}
+
+}  // namespace disc
