@@ -5,6 +5,8 @@
 //                                      which does not precede it"
 #include "lowering/passes/passes.h"
 
+#include <algorithm>
+
 namespace disc::lowering {
 
 void verify(Program& p) {
@@ -36,6 +38,9 @@ void verify(Program& p) {
     if (op.cls == OpClass::kElementwise) {
       const ir::TensorType& out = n.outputs[0];
       for (size_t k = 0; k < op.inputs.size(); ++k) {
+        // An out= argument is overwritten, not read: any old shape will do
+        // (an empty one resized to the result's).
+        if (std::find(n.mutated.begin(), n.mutated.end(), k) != n.mutated.end()) continue;
         const ir::TensorType& in = p.ops[op.inputs[k].node].node->outputs[op.inputs[k].index];
         if (in.undefined || in.sizes.size() > out.sizes.size())
           fail(i, "input " + std::to_string(k) + " (" + in.to_string() +

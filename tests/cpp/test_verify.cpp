@@ -35,3 +35,13 @@ TEST(Verify, ElementwiseInputOfHigherRankIsRejected) {
   Program p = make_program(ir::build_graph({b.op("aten::exp", {x}, {4})}));
   EXPECT_THROW(verify(p), CompileError);
 }
+
+TEST(Verify, OutArgumentOfAnyOldShapeIsAccepted) {
+  // mul.out(a, b, out=empty [0]) resized to the 0-d result: out is written,
+  // not read, so its old shape need not broadcast.
+  GraphBuilder b;
+  auto a = b.param({}), c = b.param({}), out = b.param({0});
+  ir::Value r = b.op_mutating("aten::mul.out", {a, c, out}, 2, {});
+  Program p = make_program(ir::build_graph({r}));
+  EXPECT_NO_THROW(verify(p));
+}
