@@ -10,6 +10,7 @@
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/ops.h"
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 
@@ -158,11 +159,21 @@ std::optional<at::Tensor> plain_view(const ir::Node& n, const at::Tensor& in) {
   return out;
 }
 
+bool is_mutated(const ir::Node& n, size_t input) {
+  return std::find(n.mutated.begin(), n.mutated.end(), input) != n.mutated.end();
+}
+
 // Inputs the op writes: its own copy unless the plan lets it write the
 // buffer in place (then the version is bumped, as ADInplaceOrView would).
 void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::vector<bool>* in_place) {
   if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
     ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
+  // A value with gaps between its elements (a strided slice) is what a
+  // traced contiguous() became once the compiler dropped that copy; some CPU
+  // kernels read such an input as if it were dense (_embedding_bag's indices).
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (ins[i].defined() && !ins[i].is_non_overlapping_and_dense() && !is_mutated(n, i))
+      ins[i] = ins[i].contiguous();
   for (size_t j = 0; j < n.mutated.size(); ++j) {
     if (!in_place || !(*in_place)[j]) {
       ins[n.mutated[j]] = ins[n.mutated[j]].clone();

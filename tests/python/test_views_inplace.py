@@ -316,6 +316,18 @@ def test_stft_keeps_eager_values_and_strides():
     torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_strided_index_view_reaches_cpu_kernels_dense():
+    # embedding_bag makes its indices contiguous; the compiler drops that
+    # copy of a value, and ATen's CPU kernel reads its indices as dense.
+    base = torch.tensor([0, 1, 2, 5, 3, 4, 4, 5, 6, 9])
+    weight = torch.randn(10, 5, generator=torch.Generator().manual_seed(0))
+    offsets = torch.tensor([0, 3])
+    expected = torch.nn.functional.embedding_bag(base[1::2], weight, offsets, mode="sum")
+    actual = torch.nn.functional.embedding_bag(base.to("disc")[1::2], weight.to("disc"),
+                                               offsets.to("disc"), mode="sum")
+    torch.testing.assert_close(actual.cpu(), expected)
+
+
 def test_eval_batch_norm_saves_no_statistics_as_on_cpu():
     x, w = torch.randn(3, 2, 4), torch.randn(2)
     stats = (torch.zeros(2), torch.ones(2))
