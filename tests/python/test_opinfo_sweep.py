@@ -54,7 +54,11 @@ MAX_SAMPLES = torch_disc.options.get("DISC_SWEEP_SAMPLES")
 # fused element-wise groups run generated code, so results are close but not
 # always bitwise equal (reordered sums, exp/tanh from the generated code).
 TOL = (1e-5, 1e-5)
-TOL_BY_OP = {}
+TOL_BY_OP = {
+    # Its backward is a long chain of products of reflectors; sums run in
+    # another order on disc: 6e-4 on values near 60 (relative 1.04e-5).
+    "linalg.householder_product": (2e-5, 1e-5),
+}
 
 # ----------------------------------------------------------------------------
 # The ops of the quick (CI) subset: "name" or "name.variant", as OpInfo names
@@ -124,6 +128,20 @@ XFAIL = [
      "x - mean can leave ~ulp(x) * rstd (rstd = 1/sqrt(eps) = 316): 2.3e-6 for x = 0.7"),
 ]
 
+def any_sample(sample):
+    return True
+
+
+XFAIL += [
+    (("chalf",), ("fwd",), any_sample,
+     "disc has no complex32 (ComplexHalf) dtype: a clear error naming the dtype"),
+    (("hash_tensor",), ("fwd",), any_sample,
+     "disc has no uint64 dtype: a clear error naming the dtype"),
+    (("sparse.mm.reduce", "sparse.sampled_addmm", "to_sparse"), ("fwd", "bwd"), any_sample,
+     "disc tensors are strided only: sparse layouts raise PyTorch's NotImplementedError "
+     "naming the op and the Sparse(Csr)disc backend"),
+]
+
 SKIP = []  # (ops, directions, predicate, reason), as XFAIL; none at present
 
 
@@ -142,6 +160,40 @@ ALLOWED_FALLBACKS = [
      "the grad of the values is grad[mask] for a boolean mask"),
     ("prod", "bwd", None, {"aten::nonzero"},
      "prod's backward branches on (input == 0).nonzero()"),
+    ("cumprod", "bwd", None, {"aten::masked_select"},
+     "cumprod's backward for inputs with zeros gathers them with masked_select"),
+    ("index_fill", "bwd", None, {"aten::_unique"},
+     "the grad of a tensor fill value sums the grad over the unique indices"),
+    ("nonzero", "fwd", None, {"aten::nonzero"}, "one row per nonzero element"),
+    ("argwhere", "fwd", None, {"aten::nonzero"}, "one row per nonzero element"),
+    ("unique", "fwd", None, {"aten::_unique2"}, "one element per distinct value"),
+    ("unique_consecutive", "fwd", None, {"aten::unique_consecutive"},
+     "one element per run of equal values"),
+    ("masked_select", "fwd", None, {"aten::masked_select"}, "one element per true mask entry"),
+    ("masked_select", "bwd", None, {"aten::masked_select"}, "one element per true mask entry"),
+    ("masked_scatter", "bwd", None, {"aten::masked_select"},
+     "the grad of source is grad.masked_select(mask)"),
+    ("combinations", "fwd", None, {"aten::masked_select"},
+     "picks its index tuples with masked_select"),
+    ("combinations", "bwd", None, {"aten::masked_select"},
+     "picks its index tuples with masked_select"),
+    ("repeat_interleave", "fwd", None, {"aten::repeat_interleave.Tensor"},
+     "the result's length is the sum of the repeats"),
+    ("repeat_interleave", "bwd", None, {"aten::repeat_interleave.Tensor"},
+     "the result's length is the sum of the repeats"),
+    ("linalg.lstsq", "fwd", None, {"aten::linalg_lstsq.out"},
+     "residuals are empty unless every matrix has full rank: their shape depends on values"),
+    ("linalg.lstsq", "bwd", None, {"aten::linalg_lstsq.out"},
+     "residuals are empty unless every matrix has full rank: their shape depends on values"),
+    ("linalg.lstsq.grad_oriented", "fwd", None, {"aten::linalg_lstsq.out"},
+     "residuals are empty unless every matrix has full rank: their shape depends on values"),
+    ("linalg.lstsq.grad_oriented", "bwd", None, {"aten::linalg_lstsq.out"},
+     "residuals are empty unless every matrix has full rank: their shape depends on values"),
+    ("equal", "fwd", None, {"aten::equal"}, "returns a Python bool: a read on the host"),
+    ("cov", "fwd", None, {"aten::equal"}, "checks its weights with torch.equal on the host"),
+    ("cov", "bwd", None, {"aten::equal"}, "checks its weights with torch.equal on the host"),
+    ("corrcoef", "fwd", None, {"aten::equal"}, "cov's torch.equal check on the host"),
+    ("corrcoef", "bwd", None, {"aten::equal"}, "cov's torch.equal check on the host"),
 ]
 
 # ----------------------------------------------------------------------------
