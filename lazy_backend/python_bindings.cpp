@@ -66,14 +66,14 @@ std::string current_python_location() {
 }
 
 std::string graph_text(const std::vector<at::Tensor>& tensors) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   std::vector<ir::Value> roots;
   for (const at::Tensor& t : tensors) roots.push_back(lazy_storage_of(t).read(t));
   return ir::build_graph(roots).to_string();
 }
 
 bool is_pending(const at::Tensor& t) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   return lazy_storage_of(t).pending();
 }
 
@@ -88,9 +88,8 @@ std::thread::id& main_thread() {
 // A pending signal's exception (KeyboardInterrupt for Ctrl-C), raised into
 // the host waiting on the main thread; torch's bindings hand it back to
 // Python. A host waits without the GIL (a read, our sync binding), so the
-// check takes it for a moment. Known limit: a settle waits under the trace
-// lock, and a thread tracing takes that lock holding the GIL, so with
-// several Python threads this check can wait on one that waits on us.
+// check takes it for a moment, under the trace lock when a sync settles:
+// no thread waits for that lock holding the GIL (TraceLock).
 void raise_pending_signal() {
   if (!Py_IsInitialized() || std::this_thread::get_id() != main_thread()) return;
   py::gil_scoped_acquire gil;

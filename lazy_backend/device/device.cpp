@@ -54,7 +54,7 @@ struct DiscHooks final : at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* s = static_cast<LazyStorage*>(storage.data_ptr().get_context());
     TORCH_CHECK(s, "disc: storage without a lazy buffer");
-    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    TraceLock lock;
     TORCH_CHECK(newsize >= s->nbytes(), "disc: shrinking a storage is not supported");
     s->grow(newsize);
     storage.unsafeGetStorageImpl()->set_nbytes(newsize);

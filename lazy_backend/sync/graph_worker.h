@@ -48,9 +48,7 @@ void set_gil_hooks(void* (*release)(), void (*restore)(void*));
 
 // While alive, the calling thread does not hold the GIL: for a host that
 // waits for the worker holding no lock of ours (a read), so that the graph
-// (a Python custom op) and other Python threads can run meanwhile. Never
-// under the trace lock: a thread tracing holds the GIL while it waits for
-// that lock.
+// (a Python custom op) and other Python threads can run meanwhile.
 class GilReleased {
  public:
   GilReleased();

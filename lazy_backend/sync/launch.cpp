@@ -252,7 +252,7 @@ bool older_launch_failed() {
 // first (a later one may read an earlier one's results). Every future data
 // leaf is resolved afterwards.
 void settle() {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   wait_for_worker_interruptibly();
   std::deque<std::shared_ptr<Launch>> launches = std::move(in_flight());
   in_flight().clear();

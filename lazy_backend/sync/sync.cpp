@@ -40,7 +40,7 @@ bool settle_and_discard() {
 // earlier one that failed is settled here (older_launch_failed), before
 // this graph is handed over behind it.
 bool run_pending(const std::string& cause, const std::string& where) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   metrics::counters().syncs++;
   metrics::bump("sync." + cause);
   const int64_t misses_before = metrics::counters().cache_misses;
@@ -104,7 +104,7 @@ std::string python_location() {
 
 void wait() {
   {
-    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    TraceLock lock;
     settle_and_discard();
   }
   if (std::exception_ptr e = end_failure()) std::rethrow_exception(e);

@@ -465,15 +465,14 @@ void capture_or_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   for (const at::Tensor& t : shapes->fresh)
     if (t.defined()) to_ir(t.scalar_type());  // names unsupported dtypes
 
-  // Before the trace lock: the location takes the GIL, which a thread
-  // waiting for that lock may hold.
+  // Outside the trace lock: the location takes the GIL.
   std::shared_ptr<const std::string> origin;
   if (info.may_fail) {
     static metrics::Named located("trace.located_ops");
     ++located;
     origin = std::make_shared<const std::string>(python_location());
   }
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   Recorded rec = record(info, schema, args, shapes->fresh, shapes->mutated);
   rec.node->origin = std::move(origin);
   metrics::counters().ops_traced++;

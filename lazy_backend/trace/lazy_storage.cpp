@@ -10,6 +10,7 @@
 #include <map>
 
 #include "lazy_backend/sync/failures.h"
+#include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
 
@@ -67,14 +68,20 @@ std::recursive_mutex& trace_mutex() {
   return mu;
 }
 
+TraceLock::TraceLock() {
+  if (trace_mutex().try_lock()) return;
+  GilReleased no_gil;
+  trace_mutex().lock();
+}
+
 LazyStorage::LazyStorage(size_t nbytes) : nbytes_(nbytes) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   id_ = g_next_id++;
   registry().emplace(id_, this);
 }
 
 LazyStorage::~LazyStorage() {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   registry().erase(id_);
 }
 
@@ -221,7 +228,7 @@ namespace {
 // Grows t's storage to the bytes its new geometry reaches.
 void fit_storage(const at::Tensor& t) {
   const size_t need = (static_cast<size_t>(t.numel()) + t.storage_offset()) * t.element_size();
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   LazyStorage& s = lazy_storage_of(t);
   if (need > s.nbytes()) {
     s.grow(need);
@@ -245,7 +252,7 @@ void resize_disc(const at::Tensor& t, const at::Tensor& meta) {
 }
 
 ir::Value read_value(const at::Tensor& t) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   return lazy_storage_of(t).read(t);
 }
 

@@ -99,6 +99,17 @@ ir::Value read_value(const at::Tensor& t);
 // One lock for trace state: tracing threads and the sync never interleave.
 std::recursive_mutex& trace_mutex();
 
+// Holds trace_mutex(), waiting for it without the GIL: no thread then holds
+// the GIL while it waits for the lock, so one holding the lock may take the
+// GIL (a sync's Ctrl-C check, a Python meta kernel) without a deadlock.
+class TraceLock {
+ public:
+  TraceLock();
+  ~TraceLock() { trace_mutex().unlock(); }
+  TraceLock(const TraceLock&) = delete;
+  TraceLock& operator=(const TraceLock&) = delete;
+};
+
 // Every live LazyStorage in allocation order (caller holds trace_mutex()).
 std::vector<LazyStorage*> live_storages();
 

@@ -52,7 +52,7 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
 void wait_for_value(LazyStorage& s) {
   ir::NodePtr leaf;
   {
-    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    TraceLock lock;
     if (s.value() && !s.pending()) leaf = s.value().node;
   }
   TensorData* d = leaf ? payload_of(*leaf) : nullptr;
@@ -66,14 +66,14 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   LazyStorage& s = lazy_storage_of(src);
   bool pending;
   {
-    std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+    TraceLock lock;
     pending = s.pending();
   }
   // A read raises the failure of the graph that computed this tensor, and
   // no other: a failed step's error waits for the next sync (sync.h).
   if (pending) sync(cause, Owed::kKeep);
   wait_for_value(s);
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   metrics::counters().transfers_to_cpu++;
   at::Tensor cpu = s.read_cpu(src);
   // The buffer holds a conjugate or negative view's base values: the CPU
@@ -100,7 +100,7 @@ void copy_into_disc(const at::Tensor& dst, const at::Tensor& src) {
     // A snapshot: the caller may change its CPU tensor right after.
     v = make_data(values.clone(at::MemoryFormat::Contiguous));
   }
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   LazyStorage& s = lazy_storage_of(dst);
   if (type_of(v) == type_of(dst)) {
     s.write(dst, v);

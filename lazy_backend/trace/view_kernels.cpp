@@ -34,7 +34,7 @@ using ir::Attr;
 // Records `view`'s value as op(self, <attrs>) in its storage's view cache.
 at::Tensor recorded(const at::Tensor& view, const at::Tensor& self, const char* op,
                     const std::function<void(NodeBuilder&)>& attrs) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  TraceLock lock;
   LazyStorage& s = lazy_storage_of(self);
   NodeBuilder b(op);
   b.tensor(s.read(self));

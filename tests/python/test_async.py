@@ -260,6 +260,42 @@ def test_ctrl_c_reaches_a_host_waiting_for_a_long_graph():
     assert words[-2] == "value" and words[-1] != "nan"
 
 
+# The main thread syncs long graphs; a second thread traces under the Python
+# dispatcher, so it holds the GIL while it waits for the trace lock, which
+# the sync holds while its Ctrl-C check takes the GIL every 100 ms.
+TRACING_THREAD_DURING_SYNC = """
+import threading, torch, torch_disc
+from torch._dispatch.python import enable_python_dispatcher
+torch.set_num_threads(1)
+stop = False
+def trace():
+    x = torch.ones(64, device="disc")
+    with enable_python_dispatcher():
+        while not stop:
+            x = x * 1.0001 + 0.0001
+torch_disc.sync()
+thread = threading.Thread(target=trace, daemon=True)
+thread.start()
+a = torch.randn(512, 512, device="disc") / 32
+for _ in range(4):
+    b = a
+    for _ in range(20):
+        b = torch.tanh(b @ a)
+    b.sum().item()
+stop = True
+thread.join(30)
+print("done", thread.is_alive())
+"""
+
+
+def test_a_sync_and_a_thread_tracing_with_the_gil_do_not_deadlock():
+    # Before: both waited forever (the thread for the trace lock, the sync's
+    # check for the GIL). Waits for the trace lock now let go of the GIL.
+    r = run_python(TRACING_THREAD_DURING_SYNC, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["done", "False"]
+
+
 PYTHON_DISPATCH = """
 import torch, torch_disc
 from torch._dispatch.python import enable_python_dispatcher
