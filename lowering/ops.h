@@ -48,5 +48,13 @@ inline bool is_convolution(uint32_t op) {
   const Op o = op_of(op);
   return o == Op::kConvolution || o == Op::kConvolutionBackward;
 }
+// Readers that see an NHWC tensor as the same values: element-wise ops
+// (ATen's and generated kernels, which take strides), max pooling and
+// convolutions. layout-plan keeps activations NHWC through them.
+inline bool is_layout_agnostic(uint32_t op) {
+  const Op o = op_of(op);
+  return o == Op::kMaxPool2d || o == Op::kMaxPool2dBackward || is_convolution(op) ||
+         classify(op) == OpClass::kElementwise;
+}
 
 }  // namespace disc::lowering

@@ -168,12 +168,15 @@ bool is_mutated(const ir::Node& n, size_t input) {
 void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::vector<bool>* in_place) {
   if (needs_flat_storage(n.op) && (!ins[0].is_contiguous() || ins[0].storage_offset() != 0))
     ins[0] = ins[0].clone(at::MemoryFormat::Contiguous);
-  // A value with gaps between its elements (a strided slice) is what a
-  // traced contiguous() became once the compiler dropped that copy; some CPU
-  // kernels read such an input as if it were dense (_embedding_bag's indices).
-  for (size_t i = 0; i < ins.size(); ++i)
-    if (ins[i].defined() && !ins[i].is_non_overlapping_and_dense() && !is_mutated(n, i))
-      ins[i] = ins[i].contiguous();
+  // Values have no layout: a traced contiguous() of a view records no copy,
+  // and the executor may hold a value transposed or strided. Some CPU
+  // kernels rely on their composite caller's contiguous() and read their
+  // input as row-major (mkldnn_rnn_layer, _embedding_bag's indices), so
+  // inputs come row-major, except to the ops layout-plan lets read NHWC.
+  if (!lowering::is_layout_agnostic(n.op))
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (ins[i].defined() && !ins[i].is_contiguous() && !is_mutated(n, i))
+        ins[i] = ins[i].contiguous();
   for (size_t j = 0; j < n.mutated.size(); ++j) {
     if (!in_place || !(*in_place)[j]) {
       ins[n.mutated[j]] = ins[n.mutated[j]].clone();

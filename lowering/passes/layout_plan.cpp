@@ -24,15 +24,6 @@ namespace disc::lowering {
 
 namespace {
 
-// Readers that see an NHWC tensor as the same values: element-wise ops
-// (ATen's and generated kernels, which take strides), pooling and
-// convolutions.
-bool layout_agnostic(uint32_t op) {
-  const Op o = op_of(op);
-  return o == Op::kMaxPool2d || o == Op::kMaxPool2dBackward || is_convolution(op) ||
-         classify(op) == OpClass::kElementwise;
-}
-
 struct Readers {
   std::vector<std::vector<bool>> needs_nchw;  // per op, per output
   std::vector<std::vector<bool>> may_nhwc;    // per op, per output
@@ -55,7 +46,7 @@ Readers readers_of(const Program& p) {
     const ProgramOp& op = p.ops[i];
     if (op.erased) continue;
     if (op.epilogue_of >= 0) epilogue[op.epilogue_of] = static_cast<int32_t>(i);
-    if (!layout_agnostic(op.node->op))
+    if (!is_layout_agnostic(op.node->op))
       for (const ir::GraphRef& in : op.inputs) r.needs_nchw[in.node][in.index] = true;
   }
   for (const ir::GraphRef& out : p.outputs) r.needs_nchw[out.node][out.index] = true;
@@ -74,7 +65,7 @@ void plan_reader(const Program& p, uint32_t i, Readers& r, LayoutPlan& plan) {
     nchw_4d = nchw_4d || (!r.may_nhwc[in.node][in.index] &&
                           p.ops[in.node].node->outputs[in.index].sizes.size() == 4);
   }
-  if (!any || !layout_agnostic(op.node->op)) return;
+  if (!any || !is_layout_agnostic(op.node->op)) return;
   plan.match_inputs[i] = nchw_4d && !is_convolution(op.node->op) && op.group < 0;
   for (size_t k = 0; k < r.may_nhwc[i].size(); ++k) r.may_nhwc[i][k] = !r.needs_nchw[i][k];
   if (std::find(r.needs_nchw[i].begin(), r.needs_nchw[i].end(), true) != r.needs_nchw[i].end())
