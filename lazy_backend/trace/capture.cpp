@@ -224,11 +224,30 @@ bool means_no_meta(const std::string& msg) {
          msg.find("DynamicOutputShape") != std::string::npos;
 }
 
+// oneDNN's LSTM workspace, whose size only oneDNN knows (Meta says 0): the
+// CPU kernel, run once per shape (the shape cache keeps the answer) on
+// zeros, tells. Its size depends on the shapes only.
+at::Tensor rnn_workspace(c10::ArrayRef<c10::IValue> args) {
+  torch::jit::Stack stack;
+  for (const c10::IValue& v : args)
+    stack.push_back(v.isTensor() && v.toTensor().defined()
+                        ? c10::IValue(at::zeros(v.toTensor().sizes(),
+                                                v.toTensor().options().device(c10::kCPU)))
+                        : v);
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mkldnn_rnn_layer", "");
+  op.callBoxed(&stack);
+  const at::Tensor& workspace = stack[3].toTensor();
+  if (!workspace.defined()) return {};  // none kept (train=False)
+  return at::empty(workspace.sizes(), workspace.options().device(c10::kMeta));
+}
+
 // Where an op's Meta kernel and its CPU kernel disagree, the CPU's shapes:
 // the graph runs the CPU kernel. Batch norm in eval saves no statistics
 // (CPU returns them empty; Meta says [C]); nonzero_static's indices are
-// row-major on CPU, column-major from Meta.
+// row-major on CPU, column-major from Meta; oneDNN's LSTM workspace.
 void match_cpu_kernel(const std::string& name, c10::ArrayRef<c10::IValue> args, MetaResult& r) {
+  if (name == "aten::mkldnn_rnn_layer" && r.fresh.size() == 4)
+    r.fresh[3] = rnn_workspace(args);
   if (name == "aten::nonzero_static" && r.fresh.size() == 1)
     r.fresh[0] = at::empty(r.fresh[0].sizes(), r.fresh[0].options());
   const bool eval_batch_norm =

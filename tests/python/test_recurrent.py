@@ -3,7 +3,10 @@ cells, forward and backward, with packed sequences, against a float64 CPU
 run of the same module. For a device other than CPU, ATen runs every time
 step through _thnn_fused_lstm_cell / _thnn_fused_gru_cell (CUDA-only in
 PyTorch; disc records them as element-wise ops, recurrent_cells.cpp): none
-of it falls back. A sequence length seen before hits the compile cache.
+of it falls back. The layers are one op per layer and direction instead
+(recurrent_layers.cpp): nn.LSTM oneDNN's mkldnn_rnn_layer, as eager CPU
+runs it; nn.GRU and nn.RNN disc::rnn_layer. A sequence length seen before
+hits the compile cache.
 """
 import copy
 
@@ -126,4 +129,78 @@ def test_a_sequence_length_seen_before_hits_the_compile_cache(cls, counters):
     for length in (7, 4, 7, 4):
         train_step(length)
     assert counters()["compiles"] == compiles
+    assert counters().get("fallbacks", 0) == 0
+
+
+LAYER_OP = {nn.LSTM: "aten::mkldnn_rnn_layer(", nn.GRU: "disc::rnn_layer(",
+            nn.RNN: "disc::rnn_layer("}
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN])
+@pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
+def test_one_op_per_layer_and_direction_not_per_time_step(cls, layers, bidirectional, counters):
+    m = cls(FEATURES, HIDDEN, num_layers=layers, bidirectional=bidirectional).to("disc")
+    traced = []
+    for length in (5, 5, 50):  # the first step creates the grads, later ones add
+        before = counters()["ops_traced"]
+        out, _ = m(torch.randn(length, BATCH, FEATURES).to("disc"))
+        out.sum().backward()
+        traced.append(counters()["ops_traced"] - before)
+        graph = torch_disc.graph_text(out)
+        assert graph.count(LAYER_OP[cls]) == layers * (2 if bidirectional else 1)
+        assert "_thnn_fused" not in graph
+        torch_disc.sync()
+    assert traced[1] == traced[2]
+    assert counters().get("fallbacks", 0) == 0
+
+
+class WithInitialState(nn.Module):
+    """The layer from a given initial state, whose gradient is checked too."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, h0):
+        out, h = self.layer(x, h0)
+        return out.sum((0, 2)) + h.sum((0, 2))
+
+
+RNN_VARIANTS = {
+    "rnn relu": lambda: nn.RNN(FEATURES, HIDDEN, nonlinearity="relu"),
+    "rnn no bias": lambda: nn.RNN(FEATURES, HIDDEN, bias=False),
+    "gru no bias": lambda: nn.GRU(FEATURES, HIDDEN, bias=False),
+    "gru 3 layers": lambda: nn.GRU(FEATURES, HIDDEN, num_layers=3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RNN_VARIANTS) + ["gru initial state", "rnn initial state"])
+def test_gru_and_rnn_variants_match_float64(case, counters):
+    torch.manual_seed(0)
+    x = torch.randn(SEQ, BATCH, FEATURES)
+    if case.endswith("initial state"):
+        cls = nn.GRU if case.startswith("gru") else nn.RNN
+        module = WithInitialState(cls(FEATURES, HIDDEN, bidirectional=True))
+        assert_matches_float64(module, [x, torch.randn(2, BATCH, HIDDEN)])
+    else:
+        assert_matches_float64(RNN_VARIANTS[case](), [x])
+    assert counters().get("fallbacks", 0) == 0
+
+
+@pytest.mark.parametrize("case", ["eval-mode grads", "no grad", "projection"])
+def test_lstm_variants_match_float64(case, counters):
+    # eval(): oneDNN keeps its workspace only when asked, and an eval-mode
+    # module can still be differentiated. proj_size: the composite path.
+    torch.manual_seed(0)
+    module = nn.LSTM(FEATURES, HIDDEN, proj_size=4 if case == "projection" else 0)
+    if case != "projection":
+        module.eval()
+    x = torch.randn(SEQ, BATCH, FEATURES)
+    if case == "no grad":
+        with torch.no_grad():
+            exact = module.double()(x.double())[0]
+            disc = copy.deepcopy(module).float().to("disc")(x.to("disc"))[0].cpu()
+        torch.testing.assert_close(disc.double(), exact, rtol=1e-5, atol=1e-5)
+    else:
+        assert_matches_float64(module, [x])
     assert counters().get("fallbacks", 0) == 0
