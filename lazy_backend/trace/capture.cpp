@@ -436,8 +436,9 @@ bool has_math_bits(const at::Tensor& t) {
 }
 
 // Ops that handle the conjugate and negative bits themselves (mm, dot,
-// clone) reach disc with them set: their inputs become plain values, and an
-// output with a bit set is an error rather than a silently plain write.
+// clone) reach disc with them set: their inputs become plain values, and a
+// written argument with a bit set is an error rather than a silently plain
+// write.
 void resolve_math_bits(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
                        const std::string& name) {
   const size_t n = schema.arguments().size();
