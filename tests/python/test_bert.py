@@ -88,7 +88,7 @@ def test_tiny_bert_eval_on_disc_matches_cpu(counters):
     ids = [torch.randint(1, VOCAB, (int(n),), generator=g).tolist()
            for n in torch.randint(2, 12, (20,), generator=g)]
     args = SimpleNamespace(eval_batch_size=8, bucket=1, max_length=32, mask="2d",
-                           no_progress=True)
+                           no_progress=True, progress_every=10.0)
     torch_disc.metrics.reset()
     assert (finetune.predict(model_disc, ids, "disc", 0, args)
             == finetune.predict(model_cpu, ids, "cpu", 0, args))

@@ -1,6 +1,7 @@
 """The MNIST example on disc: loss parity with CPU and accuracy targets, on
 the real Fashion-MNIST files the set-up installs."""
 import os
+import re
 
 import pytest
 import torch_disc
@@ -49,3 +50,19 @@ def test_one_epoch_reaches_accuracy_target(model, target, counters):
     # 1875 training steps: two compiles for training (state creation, steady
     # state), one for the last partial batch... and evaluation's.
     assert c["compiles"] <= 6 and c["cache_hits"] >= 1870
+
+
+PROGRESS_LINE = re.compile(
+    r"^epoch 1/1: step (\d+)/8 \(\d+%\), loss \d+\.\d{4}, \d+ samples/s, \d+\.\d s$")
+
+
+@needs_data
+@pytest.mark.parametrize("every,steps", [("0", list(range(1, 9))), ("1e9", [8])])
+def test_a_log_gets_progress_lines_at_a_steady_interval(every, steps, capsys):
+    # Under pytest stdout is not a terminal, as in a log file: no bar, a
+    # line every --progress-every seconds and one after the last step.
+    train.main(["--device", "disc", "--limit", "256", "--max-steps", "8", "--seed", "0",
+                "--progress-every", every])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch 1/1:")]
+    assert all(PROGRESS_LINE.match(ln) for ln in lines), lines
+    assert [int(PROGRESS_LINE.match(ln).group(1)) for ln in lines] == steps
