@@ -73,9 +73,8 @@ bool run_pending(const std::string& cause, const std::string& where) {
   return compiled;
 }
 
-// A compile is rare: say where it came from, outside the trace lock (the
-// location needs the GIL, which another thread may hold while it waits for
-// that lock).
+// A compile is rare: say where it came from (the location takes the GIL,
+// so it is looked up after the trace lock is let go).
 void locate_compile(const std::string& where) {
   CompileRecord r = compile_cache().locate_last(where.empty() ? python_location() : where);
   if (debug_compile()) {
