@@ -238,6 +238,9 @@ def test_ctrl_c_reaches_a_host_waiting_for_a_long_graph():
     # the graph ended), and the value can be read afterwards.
     code = (
         "import os, signal, threading, time, torch, torch_disc\n"
+        # Python leaves SIGINT ignored when it starts ignored, as in a job
+        # a non-interactive shell put in the background.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "torch.set_num_threads(1)\n"
         "x = torch.randn(2048, 2048, device='disc')\n"
         "for _ in range(30):\n"
