@@ -174,6 +174,23 @@ struct SymbolicKey {
     key.push_back(t.dim());
     for (int64_t s : t.sizes()) size(s);
     for (int64_t s : t.strides()) size(s);
+    layout_order(t);
+  }
+  // Symbols keep which sizes and strides are equal but not which is larger,
+  // and an output's layout follows the order of its inputs' strides (a
+  // permuted input gives a permuted output): so that order joins the key.
+  // ATen breaks a tie of nonzero strides by size and ignores broadcast dims.
+  void layout_order(const at::Tensor& t) {
+    const auto sizes = t.sizes();
+    const auto strides = t.strides();
+    for (size_t i = 0; i < strides.size(); ++i)
+      for (size_t j = i + 1; j < strides.size(); ++j)
+        key.push_back(order_code(strides[i], strides[j], sizes[i], sizes[j]));
+  }
+  static int64_t order_code(int64_t stride_a, int64_t stride_b, int64_t size_a, int64_t size_b) {
+    if (stride_a != stride_b) return stride_a < stride_b ? -30 : -31;
+    if (stride_a == 0 || size_a == size_b) return -32;
+    return size_a < size_b ? -33 : -34;
   }
   bool value(const c10::IValue& v, bool symint) {
     if (v.isTensor()) {

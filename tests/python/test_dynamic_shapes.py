@@ -180,3 +180,18 @@ def test_new_length_traces_without_meta_kernels(fresh_cache, counters):
     assert c.get("shape_cache.meta_runs", 0) == 0, {k: v for k, v in c.items() if "meta_runs" in k}
     assert c["shape_cache.symbolic_hits"] > 100
     assert c.get("compiles", 0) == 0
+
+
+@pytest.mark.parametrize("op", [torch.maximum, torch.add, lambda a, b: F.softmax(b, -1) * a])
+def test_size_pattern_answer_keeps_each_inputs_layout(op):
+    # A permuted input and a row-major one can share a size pattern (the
+    # symbols say which sizes and strides are equal, not which is larger);
+    # the output's layout follows the input's, so each gets its own answer.
+    bias = torch.randn(5)
+    permuted = torch.randn(4, 2, 16, 5).permute(1, 0, 2, 3)  # strides (80, 160, 5, 1)
+    row_major = torch.randn(2, 4, 16, 5)  # strides (320, 80, 5, 1)
+    for x in (permuted, row_major, permuted):
+        want = op(bias, x)
+        got = op(bias.to("disc"), x.to("disc"))
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want)
