@@ -53,41 +53,53 @@ bool needs_grad(const Tensor& input, TensorList hx, TensorList params) {
   return false;
 }
 
+// Runs num_layers x directions layers as ATen lays them out: a [T, B, I]
+// input, the directions' outputs concatenated, dropout between layers.
+// `run_layer(input, index, reverse)` runs one layer and direction (index
+// into the weights, layer-major) and returns its output sequence.
+template <typename RunLayer>
+Tensor stack_layers(const Tensor& input, int64_t num_layers, double dropout, bool train,
+                    bool bidirectional, bool batch_first, RunLayer run_layer) {
+  const int64_t directions = bidirectional ? 2 : 1;
+  Tensor layer_input = (batch_first ? input.transpose(0, 1) : input).contiguous();
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    std::vector<Tensor> outputs;
+    for (int64_t direction = 0; direction < directions; ++direction)
+      outputs.push_back(run_layer(layer_input, layer * directions + direction, direction == 1));
+    layer_input = directions == 1 ? outputs[0] : at::cat(outputs, -1);
+    if (dropout != 0 && train && layer < num_layers - 1)
+      layer_input = at::dropout(layer_input, dropout, /*train=*/true);
+  }
+  return batch_first ? layer_input.transpose(0, 1) : layer_input;
+}
+
 std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input, TensorList hx, TensorList params,
                                         bool has_biases, int64_t num_layers, double dropout,
                                         bool train, bool bidirectional, bool batch_first) {
   if (!runs_as_whole_layers(input, hx, params, has_biases, num_layers, bidirectional))
     return at::native::lstm(input, hx, params, has_biases, num_layers, dropout, train,
                             bidirectional, batch_first);
-  const int64_t directions = bidirectional ? 2 : 1;
   const size_t per_layer = weights_per_layer(has_biases);
   const int64_t hidden = hx[0].size(-1);
   // oneDNN keeps what its backward needs (the workspace) only when asked;
   // an eval-mode module can still be differentiated.
   const bool keep_workspace = train || needs_grad(input, hx, params);
-  // The layers take [T, B, I]; batch_first goes along as ATen passes it.
-  Tensor layer_input = (batch_first ? input.transpose(0, 1) : input).contiguous();
   const Tensor h0 = hx[0].contiguous(), c0 = hx[1].contiguous();
   std::vector<Tensor> hy, cy;
-  for (int64_t layer = 0; layer < num_layers; ++layer) {
-    std::vector<Tensor> outputs;
-    for (int64_t direction = 0; direction < directions; ++direction) {
-      const int64_t index = layer * directions + direction;
-      const Tensor* w = &params[index * per_layer];
-      const Tensor no_bias = has_biases ? Tensor() : at::zeros({w[0].size(0)}, w[0].options());
-      auto [output, h_n, c_n, workspace] = at::mkldnn_rnn_layer(
-          layer_input, w[0], w[1], has_biases ? w[2] : no_bias, has_biases ? w[3] : no_bias,
-          h0[index], c0[index], /*reverse=*/direction == 1, /*batch_sizes=*/{}, kLstmMode,
-          hidden, num_layers, has_biases, bidirectional, batch_first, keep_workspace);
-      outputs.push_back(output);
-      hy.push_back(h_n);
-      cy.push_back(c_n);
-    }
-    layer_input = directions == 1 ? outputs[0] : at::cat(outputs, -1);
-    if (dropout != 0 && train && layer < num_layers - 1)
-      layer_input = at::dropout(layer_input, dropout, /*train=*/true);
-  }
-  Tensor output = batch_first ? layer_input.transpose(0, 1) : layer_input;
+  auto run_layer = [&](const Tensor& layer_input, int64_t index, bool reverse) {
+    const Tensor* w = &params[index * per_layer];
+    const Tensor no_bias = has_biases ? Tensor() : at::zeros({w[0].size(0)}, w[0].options());
+    // batch_first goes along as ATen's mkldnn_rnn passes it.
+    auto [output, h_n, c_n, workspace] = at::mkldnn_rnn_layer(
+        layer_input, w[0], w[1], has_biases ? w[2] : no_bias, has_biases ? w[3] : no_bias,
+        h0[index], c0[index], reverse, /*batch_sizes=*/{}, kLstmMode, hidden, num_layers,
+        has_biases, bidirectional, batch_first, keep_workspace);
+    hy.push_back(h_n);
+    cy.push_back(c_n);
+    return output;
+  };
+  Tensor output =
+      stack_layers(input, num_layers, dropout, train, bidirectional, batch_first, run_layer);
   return {output, at::stack(hy, 0), at::stack(cy, 0)};
 }
 
@@ -146,71 +158,39 @@ bool runs_as_rnn_layers(const Tensor& input, const Tensor& hx, TensorList params
          params.size() == static_cast<size_t>(num_layers) * directions * weights_per_layer(has_biases);
 }
 
-// GRU and Elman layers, laid out as ATen's composite path does.
-std::tuple<Tensor, Tensor> rnn_layers(int64_t mode, const Tensor& input, const Tensor& hx,
-                                      TensorList params, bool has_biases, int64_t num_layers,
-                                      double dropout, bool train, bool bidirectional,
-                                      bool batch_first) {
-  const int64_t directions = bidirectional ? 2 : 1;
-  const size_t per_layer = weights_per_layer(has_biases);
-  Tensor layer_input = (batch_first ? input.transpose(0, 1) : input).contiguous();
-  std::vector<Tensor> hy;
-  for (int64_t layer = 0; layer < num_layers; ++layer) {
-    std::vector<Tensor> outputs;
-    for (int64_t direction = 0; direction < directions; ++direction) {
-      const int64_t index = layer * directions + direction;
-      const Tensor* w = &params[index * per_layer];
-      auto result = RnnLayer::apply(layer_input, hx[index], w[0], w[1],
-                                    has_biases ? w[2] : w[0], has_biases ? w[3] : w[0], mode,
-                                    /*reverse=*/direction == 1, has_biases);
-      outputs.push_back(result[0]);
-      hy.push_back(result[1]);
-    }
-    layer_input = directions == 1 ? outputs[0] : at::cat(outputs, -1);
-    if (dropout != 0 && train && layer < num_layers - 1)
-      layer_input = at::dropout(layer_input, dropout, /*train=*/true);
-  }
-  Tensor output = batch_first ? layer_input.transpose(0, 1) : layer_input;
-  return {output, at::stack(hy, 0)};
-}
+using RnnSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, TensorList, bool,
+                                                int64_t, double, bool, bool, bool);
 
-std::tuple<Tensor, Tensor> gru(const Tensor& input, const Tensor& hx, TensorList params,
+// aten::gru / rnn_tanh / rnn_relu: each layer one disc::rnn_layer of `mode`;
+// what it cannot take runs ATen's `composite`.
+template <int64_t mode, RnnSignature* composite>
+std::tuple<Tensor, Tensor> rnn(const Tensor& input, const Tensor& hx, TensorList params,
                                bool has_biases, int64_t num_layers, double dropout, bool train,
                                bool bidirectional, bool batch_first) {
   if (!runs_as_rnn_layers(input, hx, params, has_biases, num_layers, bidirectional))
-    return at::native::gru(input, hx, params, has_biases, num_layers, dropout, train,
-                           bidirectional, batch_first);
-  return rnn_layers(kGru, input, hx, params, has_biases, num_layers, dropout, train,
-                    bidirectional, batch_first);
-}
-
-std::tuple<Tensor, Tensor> rnn_tanh(const Tensor& input, const Tensor& hx, TensorList params,
-                                    bool has_biases, int64_t num_layers, double dropout,
-                                    bool train, bool bidirectional, bool batch_first) {
-  if (!runs_as_rnn_layers(input, hx, params, has_biases, num_layers, bidirectional))
-    return at::native::rnn_tanh(input, hx, params, has_biases, num_layers, dropout, train,
-                                bidirectional, batch_first);
-  return rnn_layers(kTanh, input, hx, params, has_biases, num_layers, dropout, train,
-                    bidirectional, batch_first);
-}
-
-std::tuple<Tensor, Tensor> rnn_relu(const Tensor& input, const Tensor& hx, TensorList params,
-                                    bool has_biases, int64_t num_layers, double dropout,
-                                    bool train, bool bidirectional, bool batch_first) {
-  if (!runs_as_rnn_layers(input, hx, params, has_biases, num_layers, bidirectional))
-    return at::native::rnn_relu(input, hx, params, has_biases, num_layers, dropout, train,
-                                bidirectional, batch_first);
-  return rnn_layers(kRelu, input, hx, params, has_biases, num_layers, dropout, train,
-                    bidirectional, batch_first);
+    return composite(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                     batch_first);
+  const size_t per_layer = weights_per_layer(has_biases);
+  std::vector<Tensor> hy;
+  auto run_layer = [&](const Tensor& layer_input, int64_t index, bool reverse) {
+    const Tensor* w = &params[index * per_layer];
+    auto result = RnnLayer::apply(layer_input, hx[index], w[0], w[1], has_biases ? w[2] : w[0],
+                                  has_biases ? w[3] : w[0], mode, reverse, has_biases);
+    hy.push_back(result[1]);
+    return result[0];
+  };
+  Tensor output =
+      stack_layers(input, num_layers, dropout, train, bidirectional, batch_first, run_layer);
+  return {output, at::stack(hy, 0)};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("lstm.input", TORCH_FN(lstm));
-  m.impl("gru.input", TORCH_FN(gru));
-  m.impl("rnn_tanh.input", TORCH_FN(rnn_tanh));
-  m.impl("rnn_relu.input", TORCH_FN(rnn_relu));
+  m.impl("gru.input", TORCH_FN((rnn<kGru, at::native::gru>)));
+  m.impl("rnn_tanh.input", TORCH_FN((rnn<kTanh, at::native::rnn_tanh>)));
+  m.impl("rnn_relu.input", TORCH_FN((rnn<kRelu, at::native::rnn_relu>)));
 }
 
 }  // namespace disc
