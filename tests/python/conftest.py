@@ -2,18 +2,20 @@
 import os
 import sys
 
-import pytest
-import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for path in (os.path.join(ROOT, "python"), ROOT):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
 # Compile counts pinned by tests must not depend on what earlier runs left
 # in ~/.cache/torch_disc: the persistent cache is off here, and
 # test_persistent_cache.py turns it on in subprocesses with their own dirs.
+# Set before `import torch`, which loads torch_disc (autoload).
 os.environ["DISC_PERSISTENT_CACHE"] = "0"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repository root, for `tests.`, `benchmarks.` and `examples.` imports;
+# torch_disc itself is the installed package (scripts/setup.sh installs it).
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 import torch_disc  # noqa: E402
 

@@ -128,7 +128,7 @@ def run_all(args, extra, log_path, done_path, output_path):
     env.setdefault("OMP_NUM_THREADS", "1")
     if not args.quick:
         env["DISC_SWEEP"] = "all"
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), ROOT, HERE] +
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [sys.executable, "-m", "pytest", TEST_FILE, "-p", "sweep_report", "-q", "-p", "no:cacheprovider",
            "--no-header", "-rN", "--tb=short"] + extra

@@ -86,7 +86,7 @@ def test_empty_cache_frees_the_idle_blocks():
 
 
 def run_child(code, **env):
-    full = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), ROOT]), **env)
+    full = dict(os.environ, PYTHONPATH=ROOT, **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full,
                           timeout=120)
 

@@ -120,8 +120,6 @@ def test_debug_sync_prints_cause_and_python_line(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import torch, torch_disc\nx = torch.ones(3, device='disc') * 2\nx.sum().item()\n")
     env = dict(os.environ, DISC_DEBUG_SYNC="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.path.join(root, "python")
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

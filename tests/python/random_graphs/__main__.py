@@ -1,5 +1,5 @@
 """Runs the command line (cli.py): ``python tests/python/random_graphs --seed N``
-from the repository root (with ``PYTHONPATH=python:.``), or ``python -m
+from the repository root (with ``PYTHONPATH=.``), or ``python -m
 random_graphs`` with tests/python on the path."""
 import os
 import sys

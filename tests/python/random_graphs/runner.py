@@ -33,7 +33,7 @@ class Failure:
                       f"together with --seeds {','.join(map(str, self.graph_seeds))}{max_ops})")
         return (f"random graph seed {p.seed} (instance {self.instance}, input shapes {shapes}): "
                 f"{self.what}\n{p.text()}\n"
-                f"replay: OMP_NUM_THREADS=1 PYTHONPATH=python:. python tests/python/random_graphs "
+                f"replay: OMP_NUM_THREADS=1 PYTHONPATH=. python tests/python/random_graphs "
                 f"--seed {p.seed}{max_ops}{others}")
 
 
