@@ -1,7 +1,7 @@
 """torch_disc as a package: a wheel built by pip, installed into a fresh
 virtual environment, works from another directory without an import of
 torch_disc (the torch.backends entry point) and without paths into this
-machine."""
+machine; torch.compile finds backend="disc" through Dynamo's entry point."""
 import os
 import subprocess
 import sys
@@ -58,6 +58,18 @@ def test_autoload_can_be_turned_off(venv):
     out = run([python, "-c", "import sys, torch; print('torch_disc' in sys.modules)"], cwd=tmp,
               TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert out.split() == ["False"]
+
+
+def test_torch_compile_finds_the_disc_backend(venv):
+    python, _, tmp = venv
+    code = ("import torch\n"
+            "f = torch.compile(lambda x: torch.tanh(x) * 2 + 1, backend='disc')\n"
+            "x = torch.linspace(-2, 2, 7)\n"
+            "import torch_disc\n"
+            "print(torch.allclose(f(x), torch.tanh(x) * 2 + 1), f(x).device,\n"
+            "      torch_disc.metrics.counters()['graphs_run'] > 0)\n")
+    out = run([python, "-c", code], cwd=tmp, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert out.split() == ["True", "cpu", "True"]
 
 
 def test_the_extension_has_no_path_into_this_machine(venv):
