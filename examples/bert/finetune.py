@@ -111,6 +111,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup-ratio", type=float, default=0.1,
                    help="linear warm-up over this fraction of the steps, then linear decay")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--autocast", action="store_true",
+                   help="mixed precision: the forward under torch.autocast in bfloat16")
     p.add_argument("--dropout-off", action="store_true",
                    help="hidden and attention dropout 0 (for disc/cpu parity runs)")
     p.add_argument("--seed", type=int, default=0)
@@ -227,10 +229,12 @@ def build_optimizer(model, args, total_steps):
     return opt, get_linear_schedule_with_warmup(opt, warmup, total_steps)
 
 
-def train_step(model, opt, scheduler, batch, device, max_grad_norm):
-    """One optimizer step; returns the loss as a detached device tensor."""
+def train_step(model, opt, scheduler, batch, device, max_grad_norm, autocast=False):
+    """One optimizer step; returns the loss as a detached device tensor.
+    ``autocast``: the forward under torch.autocast in bfloat16."""
     batch = {k: v.to(device) for k, v in batch.items()}
-    loss = model(**batch).loss
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+        loss = model(**batch).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     opt.step()  # on disc the step's graph runs here
@@ -254,7 +258,8 @@ def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
     for idx in batches:
         batch = collate([ids[i] for i in idx], [labels[i] for i in idx], pad_id,
                         args.bucket, args.max_length, args.mask)
-        pending.append(train_step(model, opt, scheduler, batch, device, args.max_grad_norm))
+        pending.append(train_step(model, opt, scheduler, batch, device, args.max_grad_norm,
+                                  args.autocast))
         progress.update(len(idx), pending[-1])
     progress.close()
     sync()  # stop the clock only once all queued device work has run

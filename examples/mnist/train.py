@@ -84,6 +84,9 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after N training steps in total")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--autocast", choices=["off", "bf16", "fp16"], default="off",
+                   help="mixed precision: the forward under torch.autocast in this dtype "
+                        "(fp16 with a GradScaler)")
     p.add_argument("--log-losses", metavar="FILE", default=None,
                    help="write per-step training losses as a JSON list")
     p.add_argument("--no-progress", action="store_true",
@@ -94,6 +97,9 @@ def parse_args(argv=None):
     if args.lr is None:
         args.lr = DEFAULT_LR[args.optimizer]
     return args
+
+
+AUTOCAST_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc):
@@ -113,12 +119,16 @@ def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc
     start = time.perf_counter()
     progress = Progress(len(batches), desc, enabled=not args.no_progress,
                         interval=args.progress_every)
+    dtype = AUTOCAST_DTYPES[args.autocast]
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     for idx in batches:
         xb, yb = x[idx].to(device), y[idx].to(device)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb), yb)
-        loss.backward()
-        opt.step()
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.cross_entropy(model(xb), yb)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         pending.append(loss.detach())
         samples += len(idx)
         progress.update(len(idx), loss)

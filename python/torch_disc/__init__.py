@@ -61,6 +61,9 @@ _install_module_conversion()  # after the generated Module.disc exists
 _install_optimizer_hook()
 _install_autograd()
 _install_printing()
+# torch.autocast("disc") without a dtype: bfloat16, as on the CPU, whose op
+# policy disc follows (the setting is the importing thread's, as torch's is).
+torch.set_autocast_dtype("disc", torch.bfloat16)
 
 
 def _finish_at_exit() -> None:

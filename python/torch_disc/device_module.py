@@ -92,3 +92,6 @@ def memory_stats() -> dict:
 def empty_cache() -> int:
     """Returns the idle cached host buffers to the system; the bytes freed."""
     return _C.empty_host_cache()
+
+
+from . import amp  # noqa: E402  (torch.disc.amp, as torch.cuda.amp)

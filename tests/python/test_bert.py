@@ -40,12 +40,13 @@ def tiny_batches(mask):
     return batches
 
 
-def train_tiny(device, mask):
+def train_tiny(device, mask, autocast=False):
     torch.manual_seed(0)
     model = tiny_bert().to(device)
     args = SimpleNamespace(lr=1e-3, weight_decay=0.01, warmup_ratio=0.34)
     opt, scheduler = finetune.build_optimizer(model, args, total_steps=len(STEP_LENGTHS))
-    pending = [finetune.train_step(model, opt, scheduler, batch, device, max_grad_norm=1.0)
+    pending = [finetune.train_step(model, opt, scheduler, batch, device, max_grad_norm=1.0,
+                                   autocast=autocast)
                for batch in tiny_batches(mask)]
     return model, [t.item() for t in pending]
 
@@ -77,6 +78,14 @@ def test_tiny_bert_matches_cpu_step_by_step(mask, counters):
     c = counters()
     assert c["fallbacks"] == 0, torch_disc.metrics.fallbacks()
     assert c["compiles"] == EXPECTED_COMPILES[mask], c
+
+
+def test_tiny_bert_under_bf16_autocast_tracks_cpu_autocast(counters):
+    _, cpu_losses = train_tiny("cpu", "4d", autocast=True)
+    torch_disc.metrics.reset()
+    _, disc_losses = train_tiny("disc", "4d", autocast=True)
+    assert relative_gap(disc_losses, cpu_losses) < 1e-2
+    assert counters()["fallbacks"] == 0, torch_disc.metrics.fallbacks()
 
 
 def test_tiny_bert_eval_on_disc_matches_cpu(counters):

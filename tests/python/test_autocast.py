@@ -1,0 +1,84 @@
+"""torch.autocast("disc"): the CPU autocast policy (which ops run in the
+lower-precision dtype, which in float32, which promote), GradScaler, and
+mixed-precision training that matches CPU autocast."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_disc
+
+
+def policy_cases():
+    x = torch.randn(4, 8)
+    w = torch.randn(6, 8)
+    img = torch.randn(2, 3, 8, 8)
+    k = torch.randn(4, 3, 3, 3)
+    y = torch.randint(0, 6, (4,))
+    return {
+        "linear": (lambda a, b: F.linear(a, b), (x, w)),
+        "matmul": (lambda a, b: a @ b.t(), (x, w)),
+        "bmm": (lambda a, b: torch.bmm(a[None], b.t()[None]), (x, w)),
+        "conv2d": (lambda a, b: F.conv2d(a, b), (img, k)),
+        "softmax (no policy)": (lambda a, b: torch.softmax(F.linear(a, b), -1), (x, w)),
+        "cross_entropy (fp32)": (lambda a, b, t: F.cross_entropy(F.linear(a, b), t), (x, w, y)),
+        "mse_loss (fp32)": (lambda a, b: F.mse_loss(F.linear(a, b), a[:, :6]), (x, w)),
+        "cat (promote)": (lambda a, b: torch.cat([F.linear(a, b), a[:, :6]]), (x, w)),
+        "add (no policy)": (lambda a, b: a + b[:4], (x, w)),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", list(policy_cases()))
+def test_each_op_gets_the_cpu_policys_dtype(case, dtype):
+    fn, args = policy_cases()[case]
+    with torch.autocast("cpu", dtype=dtype):
+        want = fn(*args)
+    with torch.autocast("disc", dtype=dtype):
+        got = fn(*[a.to("disc") for a in args])
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-2, atol=1e-2)
+
+
+def test_default_dtype_is_bfloat16_as_on_the_cpu():
+    assert torch.get_autocast_dtype("disc") == torch.bfloat16
+    with torch.disc.amp.autocast():
+        y = F.linear(torch.randn(2, 3, device="disc"), torch.randn(4, 3, device="disc"))
+    assert y.dtype == torch.bfloat16
+
+
+def mlp_steps(device, dtype, inject_inf_at=None, steps=8):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10)).to(device)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    scaler = torch.amp.GradScaler(device, init_scale=2.0**10, growth_interval=3)
+    losses, scales = [], []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(16, 32, generator=g)
+        if step == inject_inf_at:
+            x[0, 0] = float("inf")
+        y = torch.randint(0, 10, (16,), generator=g)
+        with torch.autocast(device, dtype=dtype):
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.detach().float().cpu())
+        scales.append(scaler.get_scale())
+    return torch.stack(losses), scales, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_grad_scaler_trains_like_cpu_and_skips_a_step_with_infs(dtype, counters):
+    want_losses, want_scales, want_params = mlp_steps("cpu", dtype, inject_inf_at=4)
+    got_losses, got_scales, got_params = mlp_steps("disc", dtype, inject_inf_at=4)
+    # The inf step is skipped and the scale halved, then grows every 3 steps.
+    assert got_scales == want_scales and want_scales[4] == want_scales[3] / 2
+    finite = torch.isfinite(want_losses)
+    assert torch.equal(finite, torch.isfinite(got_losses))
+    torch.testing.assert_close(got_losses[finite], want_losses[finite], rtol=1e-3, atol=1e-4)
+    for got, want in zip(got_params, want_params):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+    assert counters()["fallbacks"] == 0, torch_disc.metrics.fallbacks()
