@@ -270,7 +270,7 @@ class CompiledExecutable final : public Executable {
 
   // The buffers kernel step `step` writes its outputs into (kernel_launch.h):
   // for each element-wise output, an input the step reads last, of the
-  // output's sizes, contiguous float32 and the sole user of its buffer.
+  // output's sizes and dtype, contiguous and the sole user of its buffer.
   // The rest are allocated. An SGD update of a [256, 784] weight in its own
   // buffers instead of fresh ones: 133 -> 75 us, and no second copy of the
   // parameters and their state.
@@ -286,12 +286,13 @@ class CompiledExecutable final : public Executable {
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const lowering::KernelOutput& o = k.outputs[j];
       if (o.extent != lowering::KernelOutput::Extent::kElements) continue;
-      const c10::IntArrayRef sizes = g.nodes[o.op].node->outputs[o.index].sizes;
+      const ir::TensorType& type = g.nodes[o.op].node->outputs[o.index];
+      const c10::IntArrayRef sizes = type.sizes;
       for (size_t i = 0; i < k.inputs.size(); ++i) {
         if (taken[i] || !last[i]) continue;
         const ir::GraphRef r = k.inputs[i];
         const at::Tensor& t = values[r.node][r.index];
-        if (!t.defined() || t.scalar_type() != at::kFloat || t.sizes() != sizes ||
+        if (!t.defined() || t.scalar_type() != to_aten(type.dtype) || t.sizes() != sizes ||
             !t.is_contiguous() || !sole_buffer(g, r.node, t, 1))
           continue;
         into[j] = t;

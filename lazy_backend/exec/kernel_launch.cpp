@@ -100,11 +100,11 @@ void allocate_outputs(const lowering::FusedKernel& spec, const ir::Graph& g,
                       const std::vector<at::Tensor>& into, KernelArgs& a) {
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
     const KernelOutput& o = spec.outputs[j];
-    const std::vector<int64_t>& own = g.nodes[o.op].node->outputs[o.index].sizes;
+    const ir::TensorType& type = g.nodes[o.op].node->outputs[o.index];
     a.outputs.push_back(j < into.size() && into[j].defined() ? into[j]
                         : o.extent == KernelOutput::Extent::kPerColumn && !a.partials_are_result
                             ? new_float_tensor({a.chunks, a.sizes.back()})
-                            : new_float_tensor(own));
+                            : new_tensor(type.sizes, to_aten(type.dtype)));
   }
 }
 

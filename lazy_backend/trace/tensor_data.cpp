@@ -27,8 +27,10 @@ ir::DType to_ir(at::ScalarType t) {
   }
 }
 
-at::Tensor new_float_tensor(c10::IntArrayRef sizes) {
-  return at::detail::empty_cpu(sizes, at::kFloat, /*pin_memory=*/false, std::nullopt);
+at::Tensor new_float_tensor(c10::IntArrayRef sizes) { return new_tensor(sizes, at::kFloat); }
+
+at::Tensor new_tensor(c10::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::detail::empty_cpu(sizes, dtype, /*pin_memory=*/false, std::nullopt);
 }
 
 at::ScalarType to_aten(ir::DType t) {

@@ -52,9 +52,10 @@ class TensorData : public ir::Payload {
   std::condition_variable cv_;
 };
 
-// A new, uninitialized float32 CPU tensor of `sizes`: at::empty without the
-// dispatcher (the compiled executor makes a few dozen per step).
+// A new, uninitialized CPU tensor of `sizes` (float32, or `dtype`): at::empty
+// without the dispatcher (the compiled executor makes a few dozen per step).
 at::Tensor new_float_tensor(c10::IntArrayRef sizes);
+at::Tensor new_tensor(c10::IntArrayRef sizes, at::ScalarType dtype);
 
 ir::DType to_ir(at::ScalarType t);  // throws, naming the dtype, if unsupported
 at::ScalarType to_aten(ir::DType t);

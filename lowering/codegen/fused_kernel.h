@@ -16,7 +16,9 @@
 //
 // The group's element-wise producers are computed inside the kernel, in
 // every pass that reads them, and stored only where the rest of the graph
-// needs them. Each pass over the innermost dim has a vector<16xf32> body and
+// needs them. Values are f32; bf16 tensors are loaded and stored as their
+// bits and every bf16 op's result is rounded as ATen rounds it
+// (bfloat16.cpp). Each pass over the innermost dim has a vector<16xf32> body and
 // a masked vector tail (the last n % 16) when the inputs are contiguous
 // along it (checked at run time), and a strided scalar loop otherwise.
 #pragma once
@@ -38,6 +40,11 @@ struct FusedKernel : KernelInterface {
 // the group has an op, dtype or dim the codegen does not handle (its ops
 // then run one by one). The kernels pass plans with it; no code is written.
 std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why);
+
+// A bf16 op with an input of another dtype (a Python number, an f32 0-dim
+// tensor). Generated kernels leave it to ATen, which rounds such an input
+// to bf16 first for some ops (add) and not for others (mul, div).
+bool mixes_bf16_inputs(const Program& p, uint32_t op);
 
 // The kernel for group `g` (its interface as plan_fused_kernel gives it), or
 // nullopt with `why` set.

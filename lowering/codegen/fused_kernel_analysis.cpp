@@ -78,8 +78,11 @@ bool KernelEmitter::collect(std::string* why) {
   for (uint32_t op : group_.ops) {
     const ir::Node& n = *p_.ops[op].node;
     if (loop_ || op != row_op_) {
-      if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kFloat32)
-        return fail(why, op, "only single f32 outputs are generated");
+      const ir::DType out = n.outputs.size() == 1 ? n.outputs[0].dtype : ir::DType::kBool;
+      if (out != ir::DType::kFloat32 && out != ir::DType::kBFloat16)
+        return fail(why, op, "only single f32 or bf16 outputs are generated");
+      if (mixes_bf16_inputs(p_, op))
+        return fail(why, op, "a bf16 op with an input of another dtype");
       if (!op_info(n.op).codegen) return fail(why, op, "op has no codegen");
       if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
     }
@@ -128,6 +131,14 @@ bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
     if (!half_to_float || half_to_float->i != 0) return false;
   }
   return true;
+}
+
+bool mixes_bf16_inputs(const Program& p, uint32_t op) {
+  const ir::Node& n = *p.ops[op].node;
+  if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kBFloat16) return false;
+  return std::any_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
+    return p.ops[r.node].node->outputs[r.index].dtype != ir::DType::kBFloat16;
+  });
 }
 
 }  // namespace disc::lowering

@@ -15,13 +15,7 @@ std::string KernelEmitter::load(Variant& v, size_t k) {
   if (row_broadcast_[k]) {
     std::string raw = fresh();
     line(raw + " = memref.load %in" + std::to_string(k) + "[" + in_offset(k) + "] : " + mem);
-    value = raw;
-    if (t != "f32") {
-      value = fresh();
-      line(value + (t == "f64" ? " = arith.truncf " : " = arith.sitofp ") + raw + " : " + t +
-           " to f32");
-    }
-    value = v.e.splat(value);
+    value = v.e.splat(emitter(0).to_f32(raw, kernel_.input_dtypes[k]));
   } else {
     std::string idx = fresh();
     if (v.mode == Mode::kStrided) {
@@ -58,7 +52,8 @@ std::string KernelEmitter::out_index(Variant& v) {
 }
 
 // Vector loads and stores of f32 at `idx` of memref `m` (masked in the
-// masked tail); scalar ones in the strided loop.
+// masked tail); scalar ones in the strided loop. store_elem stores values
+// already in memory's element type `elem`.
 std::string KernelEmitter::load_f32(Variant& v, const std::string& m, const std::string& idx) {
   const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
   std::string r = fresh();
@@ -77,18 +72,29 @@ std::string KernelEmitter::load_f32(Variant& v, const std::string& m, const std:
 
 void KernelEmitter::store_f32(Variant& v, const std::string& m, const std::string& idx,
                               const std::string& value) {
-  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "xf32>";
-  if (v.mode == Mode::kVector)
-    line("vector.store " + value + ", " + m + "[" + idx + "] : memref<?xf32>, " + vt);
-  else if (v.mode == Mode::kMasked)
-    line("vector.maskedstore " + m + "[" + idx + "], " + v.mask + ", " + value +
-         " : memref<?xf32>, vector<" + std::to_string(kVectorWidth) + "xi1>, " + vt);
-  else
-    line("memref.store " + value + ", " + m + "[" + idx + "] : memref<?xf32>");
+  store_elem(v, m, idx, value, "f32");
 }
 
+void KernelEmitter::store_elem(Variant& v, const std::string& m, const std::string& idx,
+                               const std::string& value, const std::string& elem) {
+  const std::string vt = "vector<" + std::to_string(kVectorWidth) + "x" + elem + ">";
+  const std::string mem = "memref<?x" + elem + ">";
+  if (v.mode == Mode::kVector)
+    line("vector.store " + value + ", " + m + "[" + idx + "] : " + mem + ", " + vt);
+  else if (v.mode == Mode::kMasked)
+    line("vector.maskedstore " + m + "[" + idx + "], " + v.mask + ", " + value + " : " + mem +
+         ", vector<" + std::to_string(kVectorWidth) + "xi1>, " + vt);
+  else
+    line("memref.store " + value + ", " + m + "[" + idx + "] : " + mem);
+}
+
+// An element-wise output: f32, or bf16 stored as its bits.
 void KernelEmitter::store(Variant& v, size_t k, const std::string& value) {
-  store_f32(v, "%out" + std::to_string(k), out_index(v), value);
+  const std::string m = "%out" + std::to_string(k);
+  if (output_dtype(k) == ir::DType::kBFloat16)
+    store_elem(v, m, out_index(v), v.e.f32_to_bf16_bits(value), "i16");
+  else
+    store_f32(v, m, out_index(v), value);
 }
 
 std::string KernelEmitter::load_output(Variant& v, size_t k) {
@@ -123,6 +129,9 @@ std::vector<std::string> KernelEmitter::row_inputs(Variant& v, bool store_produc
     std::vector<std::string> ins;
     for (const ir::GraphRef& r : p_.ops[op].inputs) ins.push_back(of(r));
     value[op] = v.e.compute(op, ins);
+    // A bf16 op's result is rounded as ATen rounds it before anything reads it.
+    if (p_.ops[op].node->outputs[0].dtype == ir::DType::kBFloat16)
+      value[op] = v.e.round_to_bf16(value[op]);
     if (store_producers && used_outside_[op]) store(v, output_slot(op, 0), value[op]);
   }
   std::vector<std::string> ins;

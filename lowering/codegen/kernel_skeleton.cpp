@@ -58,7 +58,8 @@ std::string KernelEmitter::signature() const {
   sig << "func.func @" << kernel_.name << "(";
   for (size_t k = 0; k < kernel_.inputs.size(); ++k)
     sig << "%in" << k << ": memref<?x" << elem(k) << ">, ";
-  for (size_t k = 0; k < kernel_.outputs.size(); ++k) sig << "%out" << k << ": memref<?xf32>, ";
+  for (size_t k = 0; k < kernel_.outputs.size(); ++k)
+    sig << "%out" << k << ": memref<?x" << memref_elem(output_dtype(k)) << ">, ";
   sig << "%sizes: memref<?xindex>, %strides: memref<?xindex>, %scalars: memref<?xf64>, "
       << "%begin: index, %end: index, %chunk: index) {\n";
   return sig.str();

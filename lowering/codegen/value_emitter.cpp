@@ -13,6 +13,7 @@ const char* memref_elem(ir::DType t) {
     case ir::DType::kFloat64: return "f64";
     case ir::DType::kInt64: return "i64";
     case ir::DType::kInt32: return "i32";
+    case ir::DType::kBFloat16: return "i16";
     default: return nullptr;
   }
 }
@@ -98,6 +99,7 @@ std::string ValueEmitter::max_nan(const std::string& a, const std::string& b) {
 std::string ValueEmitter::to_f32(const std::string& raw, ir::DType t) {
   const std::string elem = memref_elem(t);
   if (elem == "f32") return raw;
+  if (t == ir::DType::kBFloat16) return bf16_to_f32(raw);
   std::string v = fresh();
   if (elem == "f64")
     line(v + " = arith.truncf " + raw + " : " + vec("f64") + " to " + type_);

@@ -18,7 +18,8 @@ namespace disc::lowering {
 // LLVM splits it in two, so one kernel text serves both.
 constexpr uint32_t kVectorWidth = 16;
 
-// The element types a kernel input may have in memory.
+// The element types a kernel input or output may have in memory (bf16: its
+// bits, as i16; bfloat16.cpp).
 const char* memref_elem(ir::DType t);
 
 class ValueEmitter {
@@ -48,6 +49,11 @@ class ValueEmitter {
   std::string max_nan(const std::string& a, const std::string& b);
   // A loaded element of dtype `t` as f32 (Python scalars arrive as f64 / i64).
   std::string to_f32(const std::string& raw, ir::DType t);
+  // bfloat16 (bfloat16.cpp): an f32 rounded to bf16 as ATen rounds, kept
+  // as f32; the same as the 16 bits a bf16 buffer holds; those bits as f32.
+  std::string round_to_bf16(const std::string& value);
+  std::string f32_to_bf16_bits(const std::string& value);
+  std::string bf16_to_f32(const std::string& bits);
   // An f32 Scalar operand (alpha, threshold, eps) of op `op`.
   std::string scalar_operand(uint32_t op, size_t operand);
   // The same, as a plain f32 even in the vector variant.
@@ -56,6 +62,8 @@ class ValueEmitter {
 
  private:
   std::string vec(const std::string& elem) const;  // "f32" -> this variant's type
+  std::string int_constant(int64_t v, const std::string& elem);
+  std::string bf16_rounded_bits(const std::string& value);
   std::string add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string addc(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string lerp(uint32_t op, const std::vector<std::string>& in);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <set>
 
+#include "lowering/codegen/fused_kernel.h"
 #include "lowering/passes/passes.h"
 
 namespace disc::lowering {
@@ -23,8 +24,11 @@ namespace {
 constexpr size_t kMaxKernelArgs = 32;
 
 // Only what generated kernels compute (ops.def's kEmit): a group the
-// codegen would decline runs every one of its ops on ATen.
-bool is_fusible(const ProgramOp& op) { return op_info(op.node->op).codegen; }
+// codegen would decline runs every one of its ops on ATen. A bf16 op mixing
+// in another dtype stays out, so that the ops around it still fuse.
+bool is_fusible(const Program& p, uint32_t op) {
+  return op_info(p.ops[op].node->op).codegen && !mixes_bf16_inputs(p, op);
+}
 
 class Planner {
  public:
@@ -33,7 +37,7 @@ class Planner {
   void run() {
     for (uint32_t i = 0; i < p_.ops.size(); ++i) {
       ProgramOp& op = p_.ops[i];
-      if (op.erased || !is_fusible(op) || op.epilogue_of >= 0) continue;
+      if (op.erased || !is_fusible(p_, i) || op.epilogue_of >= 0) continue;
       FusionKind kind = op.cls == OpClass::kReduction ? FusionKind::kInput
                         : op.cls == OpClass::kStitch  ? FusionKind::kStitch
                                                       : FusionKind::kLoop;

@@ -123,3 +123,20 @@ TEST(FusionPlan, AnOpWithoutCodegenJoinsNoGroupAndSplitsTheChainAroundIt) {
   EXPECT_EQ(p.plan.kernels.size(), 1u);
   EXPECT_TRUE(p.plan.declined.empty());
 }
+
+TEST(FusionPlan, ABf16OpWithAnInputOfAnotherDtypeStaysOutOfTheChain) {
+  // bf16: mul -> add(+ f32 0-dim) -> relu. ATen rounds the f32 operand of
+  // a bf16 add to bf16 first (but not a mul's): the add runs on ATen, and
+  // mul and relu each stay kernels of their own.
+  GraphBuilder b;
+  auto x = b.param({64, 128}, ir::DType::kBFloat16);
+  auto s = b.param({}, ir::DType::kFloat32);
+  auto m = b.op("aten::mul.Tensor", {x, x}, {64, 128});
+  auto a = b.op("aten::add.Tensor", {m, s}, {64, 128});
+  auto r = b.op("aten::relu", {a}, {64, 128});
+  for (const ir::Value& v : {m, a, r}) v.node->outputs[0].dtype = ir::DType::kBFloat16;
+  Program p = planned({r});
+  EXPECT_EQ(p.ops[disc::testing::index_of(p, a)].group, -1);
+  EXPECT_EQ(p.groups.size(), 2u);
+  EXPECT_TRUE(p.plan.declined.empty());
+}

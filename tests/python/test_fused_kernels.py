@@ -120,3 +120,46 @@ def test_a_large_kernel_is_split_over_torchs_threads(threads, counters):
         assert c["launches.parallel_parts"] == 1
     finally:
         torch.set_num_threads(before)
+
+
+def same_bits_or_both_nan(got, want):
+    """bf16 equality to the bit; any NaN matches any NaN (ATen's vector and
+    scalar paths give NaNs different bits)."""
+    both_nan = got.isnan() & want.isnan()
+    return got.dtype == want.dtype and bool(
+        ((got.view(torch.int16) == want.view(torch.int16)) | both_nan).all())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bf16_chains_fuse_and_round_every_op_as_eager(seed, counters):
+    # Values are computed in f32 and rounded to bf16 after every op, as
+    # ATen does: the fused kernel gives eager's bits, not better ones.
+    rng = random.Random(seed)
+    templates = [make_template(rng) for _ in range(12)]
+    for i in range(120):
+        template = templates[i % len(templates)]
+        shape, yshape = random_shapes(rng)
+        g = torch.Generator().manual_seed(i)
+        x = (torch.randn(shape, generator=g) * 3).bfloat16()
+        y = torch.randn(yshape, generator=g).bfloat16()
+        if x.numel() > 1:
+            x.view(-1)[0] = float("nan")
+            x.view(-1)[-1] = float("inf")
+        want = run(template, x, y)
+        got = run(template, x.to("disc"), y.to("disc")).cpu()
+        assert same_bits_or_both_nan(got, want), (template, shape, yshape)
+    c = counters()
+    assert c["launches.fused"] >= 50 and c["fallbacks"] == 0
+
+
+def test_bf16_kernel_writes_a_parameter_update_in_place(counters):
+    # A momentum-like update on bf16 buffers, w = w * m + g: the kernel's bf16
+    # output takes over the dead input's buffer (same dtype and size).
+    w, m, g = (torch.randn(64, 33, generator=torch.Generator().manual_seed(k)).bfloat16()
+               for k in range(3))
+    want = w.clone().mul_(m).add_(g)
+    d = w.to("disc")
+    d.mul_(m.to("disc")).add_(g.to("disc"))
+    assert same_bits_or_both_nan(d.cpu(), want)
+    c = counters()
+    assert c["launches.fused"] == 1 and c["inplace.kernel_outputs"] == 1
