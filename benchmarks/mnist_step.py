@@ -30,6 +30,10 @@ the on-disk compile cache served instead of compiling; peak resident
 memory over the measurement (``benchmarks.memory``; for torch.compile, of its
 subprocess).  ``--quick``: a smoke test with few steps.
 
+A model name with ``-bf16`` (``mlp-bf16``) runs its forward under
+``torch.autocast`` in bfloat16 on every device (CPU autocast for eager and
+torch.compile).
+
 Run from the repository root: ``python -m benchmarks`` (see ``--help``).
 """
 
@@ -80,6 +84,16 @@ def dynamo_counters():
     return {"compiles": counters["stats"]["unique_graphs"]}
 
 
+AUTOCAST_SUFFIX = "-bf16"
+
+
+def split_model_name(name):
+    """(the example's model, whether the forward runs under bf16 autocast)."""
+    if name.endswith(AUTOCAST_SUFFIX):
+        return name[:-len(AUTOCAST_SUFFIX)], True
+    return name, False
+
+
 class Stepper:
     """One device's model, optimizer and batch, stepped in blocks.
 
@@ -93,7 +107,9 @@ class Stepper:
     def __init__(self, model_name, device, sync, batch_size, compile_backend=None,
                  counters=None):
         torch.manual_seed(0)
-        self.model = build_model(model_name).to(device)
+        base, self.autocast = split_model_name(model_name)
+        self.device_type = torch.device(device).type
+        self.model = build_model(base).to(device)
         if compile_backend:
             self.model = torch.compile(self.model, backend=compile_backend)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
@@ -112,7 +128,8 @@ class Stepper:
         for _ in range(steps):
             start = time.perf_counter()
             self.opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(self.model(self.x), self.y)
+            with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.autocast):
+                loss = F.cross_entropy(self.model(self.x), self.y)
             loss.backward()
             self.opt.step()
             self.sync()
@@ -342,7 +359,8 @@ def run(args):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="MNIST step-time and tracing benchmark")
-    p.add_argument("--models", type=lambda s: s.split(","), default=["mlp", "cnn"])
+    p.add_argument("--models", type=lambda s: s.split(","), default=["mlp", "cnn", "mlp-bf16"],
+                   help="mlp, cnn; with -bf16 (mlp-bf16) under bfloat16 autocast")
     p.add_argument("--devices", type=lambda s: s.split(","),
                    default=["cpu", "disc", "disc-sync", "compile"],
                    help="comma list of cpu, disc, disc-sync, compile (default: all)")

@@ -30,3 +30,16 @@ def test_devices_take_turns_and_count_their_own_blocks():
     # Only the first disc stepper compiles; the second finds the graphs cached.
     assert rows["disc"]["compiles"] >= 1 and rows["disc-sync"]["compiles"] == 0
     assert torch_disc._C.is_async() == was_async  # each block restored the mode it found
+
+
+def test_the_autocast_row_runs_every_device_under_bf16():
+    import torch_disc
+
+    assert mnist_step.split_model_name("mlp-bf16") == ("mlp", True)
+    assert mnist_step.split_model_name("cnn") == ("cnn", False)
+    args = mnist_step.parse_args(["--models", "mlp-bf16", "--devices", "cpu,disc",
+                                  "--steps", "2", "--warmup", "1", "--rounds", "1",
+                                  "--batch-size", "16"])
+    rows = {r["device"]: r for r in mnist_step.time_model("mlp-bf16", args, torch_disc, None)}
+    assert all("error" not in r and r["ms"] > 0 for r in rows.values())
+    assert rows["disc"]["fallbacks"] == 0 and rows["disc"]["launches_per_step"] > 0
