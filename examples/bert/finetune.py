@@ -233,7 +233,7 @@ def train_step(model, opt, scheduler, batch, device, max_grad_norm, autocast=Fal
     """One optimizer step; returns the loss as a detached device tensor.
     ``autocast``: the forward under torch.autocast in bfloat16."""
     batch = {k: v.to(device) for k, v in batch.items()}
-    with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
         loss = model(**batch).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
