@@ -81,7 +81,7 @@ bool KernelEmitter::collect(std::string* why) {
       const ir::DType out = n.outputs.size() == 1 ? n.outputs[0].dtype : ir::DType::kBool;
       if (out != ir::DType::kFloat32 && out != ir::DType::kBFloat16)
         return fail(why, op, "only single f32 or bf16 outputs are generated");
-      if (mixes_bf16_inputs(p_, op))
+      if (!codegen_takes_dtypes(p_, op))
         return fail(why, op, "a bf16 op with an input of another dtype");
       if (!op_info(n.op).codegen) return fail(why, op, "op has no codegen");
       if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
@@ -133,11 +133,18 @@ bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
   return true;
 }
 
-bool mixes_bf16_inputs(const Program& p, uint32_t op) {
+bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   const ir::Node& n = *p.ops[op].node;
-  if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kBFloat16) return false;
-  return std::any_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
-    return p.ops[r.node].node->outputs[r.index].dtype != ir::DType::kBFloat16;
+  bool bf16 = false;
+  for (const ir::TensorType& t : n.outputs) {
+    if (t.undefined) continue;
+    if (t.dtype != ir::DType::kFloat32 && t.dtype != ir::DType::kBFloat16) return false;
+    bf16 |= t.dtype == ir::DType::kBFloat16;
+  }
+  const Op id = op_of(n.op);
+  if (!bf16 || id == Op::kCopy || id == Op::kToCopy) return true;
+  return std::all_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
+    return p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kBFloat16;
   });
 }
 

@@ -171,6 +171,10 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
     case Op::kDivInplace: return binary("arith.divf", in.at(0), in.at(1));
     case Op::kNeg: return unary("arith.negf", in.at(0));
     case Op::kExpand: return in.at(0);  // right-aligned broadcast: the loads do it
+    // Casts: the value in f32; a bf16 result is rounded like every bf16 op's.
+    case Op::kToCopy: return in.at(0);
+    case Op::kCopy: return in.at(1);  // src, broadcast to self's shape and dtype
+    case Op::kZeros: return constant(0.0);
     case Op::kZeroInplace: return constant(0.0);
     case Op::kFillInplace: return scalar_operand(op, 1);
     case Op::kSqrt:

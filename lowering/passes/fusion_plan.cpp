@@ -23,11 +23,12 @@ namespace {
 
 constexpr size_t kMaxKernelArgs = 32;
 
-// Only what generated kernels compute (ops.def's kEmit): a group the
-// codegen would decline runs every one of its ops on ATen. A bf16 op mixing
-// in another dtype stays out, so that the ops around it still fuse.
+// Only what generated kernels compute (ops.def's kEmit) in dtypes they take
+// (codegen_takes_dtypes): a group the codegen would decline runs every one
+// of its ops on ATen, so an op it cannot take stays out and the ops around
+// it still fuse.
 bool is_fusible(const Program& p, uint32_t op) {
-  return op_info(p.ops[op].node->op).codegen && !mixes_bf16_inputs(p, op);
+  return op_info(p.ops[op].node->op).codegen && codegen_takes_dtypes(p, op);
 }
 
 class Planner {

@@ -163,3 +163,22 @@ def test_bf16_kernel_writes_a_parameter_update_in_place(counters):
     assert same_bits_or_both_nan(d.cpu(), want)
     c = counters()
     assert c["launches.fused"] == 1 and c["inplace.kernel_outputs"] == 1
+
+
+def test_casts_between_f32_and_bf16_fuse_with_their_neighbours(counters):
+    # Autocast's casts around a GEMM: (x.bf16() * w + b).float() is one
+    # kernel whose rounding matches eager's casts (int and f64 sources too).
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(33, 70, generator=g) * 100
+    w, b = torch.randn(70, generator=g).bfloat16(), torch.randn(33, 70, generator=g).bfloat16()
+    n = torch.randint(-300, 300, (33, 70), generator=g)
+    d = torch.randn(33, 70, generator=g, dtype=torch.float64) * 1e3
+
+    def f(x, w, b, n, d):
+        return [(x.bfloat16() * w + b).float(), n.bfloat16() + b, d.bfloat16() * w]
+
+    want = f(x, w, b, n, d)
+    got = [t.cpu() for t in f(*(t.to("disc") for t in (x, w, b, n, d)))]
+    assert torch.equal(got[0], want[0])
+    assert all(same_bits_or_both_nan(a, e) for a, e in zip(got[1:], want[1:]))
+    assert counters()["launches.fused"] == 3
