@@ -25,6 +25,7 @@
 #include <cmath>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,14 +73,20 @@ Tag tag_of(bool batched, Layout l) {
   return l == Layout::kRowMajor ? Tag::ab : Tag::ba;
 }
 
+memory::data_type data_type(GemmType t) {
+  return t == GemmType::kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
 // What the generated code depends on; sizes are not in it.
 struct Key {
+  GemmType type;
   bool batched;
   Layout a, b;
   bool bias;
   Activation act;
   bool operator<(const Key& o) const {
-    return std::tie(batched, a, b, bias, act) < std::tie(o.batched, o.a, o.b, o.bias, o.act);
+    return std::tie(type, batched, a, b, bias, act) <
+           std::tie(o.type, o.batched, o.a, o.b, o.bias, o.act);
   }
 };
 
@@ -90,10 +97,10 @@ struct Descs {
 Descs descs(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k) {
   auto md = [&](int64_t rows, int64_t cols, Layout l) {
     memory::dims dims = key.batched ? memory::dims{batch, rows, cols} : memory::dims{rows, cols};
-    return memory::desc(dims, memory::data_type::f32, tag_of(key.batched, l));
+    return memory::desc(dims, data_type(key.type), tag_of(key.batched, l));
   };
   Descs d{md(m, k, key.a), md(k, n, key.b), {}, md(m, n, Layout::kRowMajor)};
-  if (key.bias) d.bias = memory::desc({1, n}, memory::data_type::f32, Tag::ab);
+  if (key.bias) d.bias = memory::desc({1, n}, data_type(key.type), Tag::ab);
   return d;
 }
 
@@ -144,12 +151,32 @@ std::shared_ptr<const dnnl::matmul> primitive(const Key& key, bool* created) {
   return slot;
 }
 
+// bf16 <-> f32 by their bits (bf16 is the high half of an f32), rounding
+// to nearest even as torch does.
+float bf16_value(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+uint16_t bf16_bits(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
 // k == 0: the product is zero, so C is the bias (or 0), activated.
 void fill_bias(const Gemm& g, int64_t batch) {
+  const bool bf16 = g.type == GemmType::kBFloat16;
   for (int64_t r = 0; r < batch * g.m; ++r)
     for (int64_t j = 0; j < g.n; ++j) {
-      const float v = g.bias ? g.bias[j] : 0.f;
-      g.c[r * g.n + j] = activate(g.act, v);
+      float v = 0.f;
+      if (g.bias) v = bf16 ? bf16_value(static_cast<const uint16_t*>(g.bias)[j])
+                           : static_cast<const float*>(g.bias)[j];
+      v = activate(g.act, v);
+      if (bf16) static_cast<uint16_t*>(g.c)[r * g.n + j] = bf16_bits(v);
+      else static_cast<float*>(g.c)[r * g.n + j] = v;
     }
 }
 
@@ -252,8 +279,8 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
     fill_bias(g, batch);
     return PrimitiveUse::kNone;
   }
-  const Key key{g.batched, layout_of(g.a, g.m, g.k, batch), layout_of(g.b, g.k, g.n, batch),
-                g.bias != nullptr, g.act};
+  const Key key{g.type, g.batched, layout_of(g.a, g.m, g.k, batch),
+                layout_of(g.b, g.k, g.n, batch), g.bias != nullptr, g.act};
   if (key.a == Layout::kOther || key.b == Layout::kOther)
     throw std::invalid_argument("onednn_gemm: an operand is neither dense row- nor column-major");
   // oneDNN 2.6 creates no matmul with a runtime batch and a bias ({1, 1, n}).
@@ -264,18 +291,18 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   bool created = false;
   if (sizing() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
     Sized* s = sized_primitive({key, g.m, g.n, g.k}, &created);
-    s->a.set_data_handle(const_cast<float*>(g.a.data));
-    s->b.set_data_handle(const_cast<float*>(g.b.data));
+    s->a.set_data_handle(const_cast<void*>(g.a.data));
+    s->b.set_data_handle(const_cast<void*>(g.b.data));
     s->c.set_data_handle(g.c);
-    if (g.bias) s->bias.set_data_handle(const_cast<float*>(g.bias));
+    if (g.bias) s->bias.set_data_handle(const_cast<void*>(g.bias));
     s->prim.execute(stream, s->args);
     stream.wait();
     return created ? PrimitiveUse::kSizedCreated : PrimitiveUse::kSized;
   }
   std::shared_ptr<const dnnl::matmul> prim = primitive(key, &created);
   Descs d = descs(key, batch, g.m, g.n, g.k);
-  auto mem = [&](const memory::desc& md, const float* p) {
-    return memory(md, eng, const_cast<float*>(p));
+  auto mem = [&](const memory::desc& md, const void* p) {
+    return memory(md, eng, const_cast<void*>(p));
   };
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, mem(d.a, g.a.data)},
@@ -335,13 +362,14 @@ struct PackedB {
 };
 
 std::shared_ptr<const PackedB> pack_b(const Gemm& g) {
+  if (g.type != GemmType::kFloat32) throw std::invalid_argument("pack_b: float32 weights only");
   const Layout bl = layout_of(g.b, g.k, g.n, 1);
   if (bl == Layout::kOther || layout_of(g.a, g.m, g.k, 1) == Layout::kOther)
     throw std::invalid_argument("pack_b: an operand is neither dense row- nor column-major");
   std::shared_ptr<const PackedPrimitive> pp = packed_primitive(g);
   dnnl::engine& eng = cpu_engine();
   memory src(memory::desc({g.k, g.n}, memory::data_type::f32, tag_of(false, bl)), eng,
-             const_cast<float*>(g.b.data));
+             const_cast<void*>(g.b.data));
   auto packed = std::make_shared<PackedB>(PackedB{pp->weights, memory(pp->weights, eng)});
   dnnl::stream& stream = cpu_stream();
   dnnl::reorder(src, packed->mem).execute(stream, src, packed->mem);
@@ -355,21 +383,30 @@ bool packed_b_fits(const PackedB& p, const Gemm& g) {
 
 PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
   std::shared_ptr<const PackedPrimitive> pp = packed_primitive(g);
-  if (g.batched || !(pp->weights == p.desc))
-    throw std::invalid_argument("onednn_gemm_packed: weights packed for another shape");
+  if (g.batched || !(pp->weights == p.desc) || g.type != GemmType::kFloat32)
+    throw std::invalid_argument("onednn_gemm_packed: weights packed for another shape or type");
   dnnl::engine& eng = cpu_engine();
   const Layout al = layout_of(g.a, g.m, g.k, 1);
   auto md = [&](int64_t r, int64_t c, Tag t) { return memory::desc({r, c}, memory::data_type::f32, t); };
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(md(g.m, g.k, tag_of(false, al)), eng, const_cast<float*>(g.a.data))},
+      {DNNL_ARG_SRC, memory(md(g.m, g.k, tag_of(false, al)), eng, const_cast<void*>(g.a.data))},
       {DNNL_ARG_WEIGHTS, p.mem},
       {DNNL_ARG_DST, memory(md(g.m, g.n, Tag::ab), eng, g.c)},
   };
-  if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(md(1, g.n, Tag::ab), eng, const_cast<float*>(g.bias)));
+  if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(md(1, g.n, Tag::ab), eng, const_cast<void*>(g.bias)));
   dnnl::stream& stream = cpu_stream();
   pp->prim.execute(stream, args);
   stream.wait();
   return PrimitiveUse::kReused;
+}
+
+bool bf16_gemm_native() {
+  // An ISA value is the bit set of what it includes (AMX includes BF16).
+  static const bool native = [] {
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
+  }();
+  return native;
 }
 
 void set_sized_gemms(bool on) { options::set(options::Id::kGemmSized, on ? "1" : "0"); }

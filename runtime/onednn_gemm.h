@@ -1,5 +1,7 @@
-// float32 GEMM through oneDNN's matmul primitive, torch-free:
+// float32 or bfloat16 GEMM through oneDNN's matmul primitive, torch-free:
 //   C[b][m,n] = act(A[b][m,k] @ B[b][k,n] + bias[n]),  act: none, relu or gelu
+// In bf16 every operand is bf16; products accumulate in f32 and C is
+// rounded once.
 // Operands are raw pointers with explicit strides, so transposed views
 // (x.t(), nn.Linear's weight) run without a copy. One generic primitive serves
 // every size: m, n, k and the batch are runtime values, so it is cached only
@@ -15,9 +17,12 @@
 
 namespace disc::runtime {
 
-// A strided float32 matrix, or a batch of them (batch_stride unused for mm).
+enum class GemmType : uint8_t { kFloat32, kBFloat16 };
+
+// A strided matrix of the GEMM's type, or a batch of them (batch_stride
+// unused for mm).
 struct GemmOperand {
-  const float* data = nullptr;
+  const void* data = nullptr;
   int64_t batch_stride = 0;
   int64_t row_stride = 0;
   int64_t col_stride = 1;
@@ -28,12 +33,13 @@ struct GemmOperand {
 enum class Activation : uint8_t { kNone, kRelu, kGelu };
 
 struct Gemm {
+  GemmType type = GemmType::kFloat32;
   bool batched = false;  // bmm: 3-D descriptors, `batch` matrices
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;             // a: [m, k], b: [k, n]
-  const float* bias = nullptr;  // [n] contiguous, or null; mm only
-  float* c = nullptr;           // [m, n], dense row-major, written
+  const void* bias = nullptr;  // [n] contiguous, or null; mm only
+  void* c = nullptr;           // [m, n], dense row-major, written
   Activation act = Activation::kNone;
 };
 
@@ -50,6 +56,11 @@ enum class PrimitiveUse : uint8_t {
 // False for other views (a slice, a broadcast batch): the caller copies them.
 bool gemm_operand_supported(const GemmOperand& x, int64_t rows, int64_t cols, int64_t batch);
 
+// Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX, as oneDNN
+// sees it): elsewhere oneDNN's bf16 GEMMs are emulated, and the caller had
+// better run them another way.
+bool bf16_gemm_native();
+
 // Runs `g`; throws std::invalid_argument for an operand gemm_operand_supported
 // rejects. Thread-safe. The result says whether a primitive was created, so
 // the caller can count creations and reuses in its own metrics.
@@ -63,6 +74,7 @@ PrimitiveUse onednn_gemm(const Gemm& g);
 // m = 32 0.29 vs 0.37 ms; m = 256 about even.
 struct PackedB;
 // Packs g.b for g's shape (layouts of A and B, bias, activation); g.a is unused.
+// float32 only (std::invalid_argument otherwise).
 std::shared_ptr<const PackedB> pack_b(const Gemm& g);
 // Whether `p` is laid out as the primitive for g's shape wants it (a new m
 // may choose another blocking; then the caller packs again).

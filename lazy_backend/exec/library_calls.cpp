@@ -1,6 +1,8 @@
 // GEMMs on oneDNN for the compiled executor. A GEMM goes to oneDNN when it is
-// float32 and, for addmm, beta == alpha == 1 with a bias of [n] (or one
-// value): nn.Linear's forward, and the mm's of every backward. Operands are
+// float32, or bfloat16 on a CPU that multiplies bf16 natively (autocast's
+// GEMMs; elsewhere oneDNN would emulate them, and ATen runs them), and, for
+// addmm, beta == alpha == 1 with a bias of [n] (or one value): nn.Linear's
+// forward, and the mm's of every backward. Operands are
 // passed as they lie, transposed views included; only views that are not
 // dense row- or column-major are copied first.
 #include "lazy_backend/exec/library_calls.h"
@@ -54,7 +56,7 @@ std::optional<double> scalar_operand(const ir::Node& n, size_t pos) {
 GemmOperand operand(at::Tensor& t, bool batched) {
   const int64_t d = batched ? 1 : 0;
   auto view = [&] {
-    return GemmOperand{t.data_ptr<float>(), batched ? t.stride(0) : 0, t.stride(d), t.stride(d + 1)};
+    return GemmOperand{t.data_ptr(), batched ? t.stride(0) : 0, t.stride(d), t.stride(d + 1)};
   };
   const int64_t batch = batched ? t.size(0) : 1;
   if (!runtime::gemm_operand_supported(view(), t.size(d), t.size(d + 1), batch)) {
@@ -66,9 +68,12 @@ GemmOperand operand(at::Tensor& t, bool batched) {
 
 // Why a GEMM must run on ATen, or nullptr when oneDNN takes it.
 const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tensor>& ins) {
+  if (n.outputs.size() != 1) return "dtype";
+  const ir::DType type = n.outputs[0].dtype;
+  if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16) return "dtype";
   for (const at::Tensor& t : ins)
-    if (t.scalar_type() != at::kFloat) return "dtype";
-  if (n.outputs.size() != 1 || n.outputs[0].dtype != ir::DType::kFloat32) return "dtype";
+    if (t.scalar_type() != to_aten(type)) return "dtype";
+  if (type == ir::DType::kBFloat16 && !runtime::bf16_gemm_native()) return "bf16_not_native";
   if (kind != Gemm::kAddmm) return nullptr;
   if (scalar_operand(n, 3) != 1.0 || scalar_operand(n, 4) != 1.0) return "scale";
   const at::Tensor& bias = ins[0];
@@ -89,7 +94,10 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   g.batched = batched;
   g.batch = batched ? a.size(0) : 1;
   g.m = a.size(d), g.k = a.size(d + 1), g.n = b.size(d + 1);
-  at::Tensor out = batched ? new_float_tensor({g.batch, g.m, g.n}) : new_float_tensor({g.m, g.n});
+  const bool bf16 = a.scalar_type() == at::kBFloat16;
+  g.type = bf16 ? runtime::GemmType::kBFloat16 : runtime::GemmType::kFloat32;
+  at::Tensor out = batched ? new_tensor({g.batch, g.m, g.n}, a.scalar_type())
+                           : new_tensor({g.m, g.n}, a.scalar_type());
   g.a = operand(a, batched);
   at::Tensor bias = bias_in;
   if (bias.defined()) {
@@ -97,9 +105,9 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
       bias = bias.contiguous();
       metrics::bump("library.operand_copies");
     }
-    g.bias = bias.data_ptr<float>();
+    g.bias = bias.data_ptr();
   }
-  g.c = out.data_ptr<float>();
+  g.c = out.data_ptr();
   g.act = act;
   // oneDNN's parallel regions are sized by this thread's OpenMP setting:
   // make it torch's (a thread that never ran a torch kernel has the default).
@@ -109,7 +117,7 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   ++onednn_calls;
   ++gemm_calls;
   if (act != runtime::Activation::kNone) ++epilogues;
-  if (weights && !batched && g.m > 0 && g.n > 0 && g.k > 0) {
+  if (weights && !batched && !bf16 && g.m > 0 && g.n > 0 && g.k > 0) {
     std::shared_ptr<const runtime::PackedB> packed = packed_weights(*weights, g, [&] {
       at::Tensor dense = make_b ? make_b() : b;
       operand(dense, false);  // a dense layout for the reorder to read
