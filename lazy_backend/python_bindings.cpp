@@ -20,6 +20,7 @@
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lowering/ir/graph.h"
 #include "lowering/pipeline.h"
+#include "runtime/onednn_gemm.h"
 #include "runtime/options.h"
 
 namespace py = pybind11;
@@ -195,6 +196,8 @@ void bind_caches(py::module_& m) {
     }
     return out;
   });
+  m.def("bf16_native", &runtime::bf16_gemm_native,
+        "Whether bf16 GEMMs and convolutions run on oneDNN here (native bf16 on this CPU).");
   m.def("host_cache_stats", after_worker([] {
     const HostCacheStats s = host_cache_stats();
     return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},

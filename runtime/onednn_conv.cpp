@@ -6,6 +6,7 @@
 // as a hint (oneDNN picks matching implementations); the hint is made with
 // the same descriptors and is not kept.
 #include "runtime/onednn_conv.h"
+#include "runtime/bf16.h"
 
 #include <algorithm>
 #include <cstring>
@@ -45,7 +46,8 @@ struct Key {
     return {static_cast<int64_t>(kind), s.batch, s.in_channels, s.in_h, s.in_w, s.out_channels,
             s.kernel_h, s.kernel_w, s.out_h, s.out_w, s.groups, s.stride[0], s.stride[1],
             s.padding[0], s.padding[1], s.dilation[0], s.dilation[1],
-            static_cast<int64_t>(layout.act), static_cast<int64_t>(layout.placement), bias, relu};
+            static_cast<int64_t>(layout.act), static_cast<int64_t>(layout.placement),
+            static_cast<int64_t>(layout.type), bias, relu};
   }
 };
 
@@ -59,22 +61,32 @@ struct Conv {
 
 Tag act_tag(ActLayout l) { return l == ActLayout::kNhwc ? Tag::nhwc : Tag::nchw; }
 
-memory::desc act_md(const ConvShape& s, bool input, ActLayout l) {
+Dt data_type(ConvType t) { return t == ConvType::kBFloat16 ? Dt::bf16 : Dt::f32; }
+size_t element_size(ConvType t) { return t == ConvType::kBFloat16 ? 2 : 4; }
+
+memory::desc act_md(const ConvShape& s, bool input, const ConvLayout& l) {
   memory::dims dims = input ? memory::dims{s.batch, s.in_channels, s.in_h, s.in_w}
                             : memory::dims{s.batch, s.out_channels, s.out_h, s.out_w};
-  return memory::desc(dims, Dt::f32, act_tag(l));
+  return memory::desc(dims, data_type(l.type), act_tag(l.act));
 }
 
 // torch's [oc, ic / g, kh, kw] is oneDNN's oihw, or goihw split by group.
-memory::desc weights_md(const ConvShape& s) {
+memory::desc weights_md(const ConvShape& s, ConvType t) {
   if (s.groups == 1)
-    return memory::desc({s.out_channels, s.in_channels, s.kernel_h, s.kernel_w}, Dt::f32, Tag::oihw);
+    return memory::desc({s.out_channels, s.in_channels, s.kernel_h, s.kernel_w}, data_type(t),
+                        Tag::oihw);
   return memory::desc({s.groups, s.out_channels / s.groups, s.in_channels / s.groups, s.kernel_h,
                        s.kernel_w},
-                      Dt::f32, Tag::goihw);
+                      data_type(t), Tag::goihw);
 }
 
-memory::desc any_like(const memory::desc& md) { return memory::desc(md.dims(), Dt::f32, Tag::any); }
+memory::desc bias_md(const ConvShape& s, ConvType t) {
+  return memory::desc({s.out_channels}, data_type(t), Tag::x);
+}
+
+memory::desc any_like(const memory::desc& md) {
+  return memory::desc(md.dims(), md.data_type(), Tag::any);
+}
 
 struct Geometry {
   memory::dims strides, dilates, pad_l, pad_r;
@@ -99,7 +111,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Key& k, const memory:
     ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
     attr.set_post_ops(ops);
   }
-  const memory::desc bias = k.bias ? memory::desc({k.s.out_channels}, Dt::f32, Tag::x) : memory::desc();
+  const memory::desc bias = k.bias ? bias_md(k.s, k.layout.type) : memory::desc();
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
                                     dnnl::algorithm::convolution_direct, src, w, bias, dst,
                                     g.strides, g.dilates, g.pad_l, g.pad_r);
@@ -109,10 +121,11 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Key& k, const memory:
 Conv make_conv(const Key& k) {
   const bool best = k.layout.placement == ConvPlacement::kBest;
   auto act = [&](bool input) {
-    memory::desc md = act_md(k.s, input, k.layout.act);
+    memory::desc md = act_md(k.s, input, k.layout);
     return best ? any_like(md) : md;
   };
-  const memory::desc src = act(true), dst = act(false), w = any_like(weights_md(k.s));
+  const memory::desc src = act(true), dst = act(false),
+                     w = any_like(weights_md(k.s, k.layout.type));
   const Geometry g = geometry(k.s);
   const auto alg = dnnl::algorithm::convolution_direct;
   if (k.kind == Kind::kForward) {
@@ -127,7 +140,7 @@ Conv make_conv(const Key& k) {
             pd.diff_src_desc()};
   }
   auto hint = forward_pd(k, src, w, dst);
-  const memory::desc bias = k.bias ? memory::desc({k.s.out_channels}, Dt::f32, Tag::x) : memory::desc();
+  const memory::desc bias = k.bias ? bias_md(k.s, k.layout.type) : memory::desc();
   dnnl::convolution_backward_weights::desc d(alg, src, w, bias, dst, g.strides, g.dilates, g.pad_l,
                                              g.pad_r);
   dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), hint);
@@ -182,9 +195,9 @@ std::shared_ptr<const dnnl::reorder> reorder_primitive(const memory::desc& from,
 // filled from (input) or copied back to (output) the caller's buffer.
 class Arg {
  public:
-  Arg(const memory::desc& user, const memory::desc& wanted, const float* p, bool output,
+  Arg(const memory::desc& user, const memory::desc& wanted, const void* p, bool output,
       bool weights = false)
-      : user_(user, cpu_engine(), const_cast<float*>(p)), output_(output), weights_(weights) {
+      : user_(user, cpu_engine(), const_cast<void*>(p)), output_(output), weights_(weights) {
     if (wanted == user) {
       bound_ = user_;
       return;
@@ -252,14 +265,19 @@ ConvRun onednn_conv_forward(const ConvForward& c) {
   check(s);
   if (empty_output(s, false)) return {};
   if (s.in_channels == 0) {  // no products: the output is the bias (rectified)
+    const bool bf16 = c.layout.type == ConvType::kBFloat16;
     const int64_t plane = s.out_h * s.out_w;
     for (int64_t n = 0; n < s.batch; ++n)
       for (int64_t o = 0; o < s.out_channels; ++o)
         for (int64_t i = 0; i < plane; ++i) {
-          const float v = c.bias ? c.bias[o] : 0.f;
+          float v = 0.f;
+          if (c.bias) v = bf16 ? bf16_to_float(static_cast<const uint16_t*>(c.bias)[o])
+                               : static_cast<const float*>(c.bias)[o];
+          if (c.relu) v = std::max(v, 0.f);
           const int64_t at = c.layout.act == ActLayout::kNhwc ? (n * plane + i) * s.out_channels + o
                                                                : (n * s.out_channels + o) * plane + i;
-          c.dst[at] = c.relu ? std::max(v, 0.f) : v;
+          if (bf16) static_cast<uint16_t*>(c.dst)[at] = float_to_bf16(v);
+          else static_cast<float*>(c.dst)[at] = v;
         }
     return {};
   }
@@ -268,12 +286,13 @@ ConvRun onednn_conv_forward(const ConvForward& c) {
   std::shared_ptr<const Conv> conv = conv_primitive(key, &created);
   std::unordered_map<int, memory> extra;
   if (c.bias)
-    extra.emplace(DNNL_ARG_BIAS, memory(memory::desc({s.out_channels}, Dt::f32, Tag::x), cpu_engine(),
-                                        const_cast<float*>(c.bias)));
+    extra.emplace(DNNL_ARG_BIAS,
+                  memory(bias_md(s, c.layout.type), cpu_engine(), const_cast<void*>(c.bias)));
   std::vector<std::pair<int, Arg>> args;
-  args.emplace_back(DNNL_ARG_SRC, Arg(act_md(s, true, c.layout.act), conv->in0, c.src, false));
-  args.emplace_back(DNNL_ARG_WEIGHTS, Arg(weights_md(s), conv->in1, c.weights, false, true));
-  args.emplace_back(DNNL_ARG_DST, Arg(act_md(s, false, c.layout.act), conv->out0, c.dst, true));
+  args.emplace_back(DNNL_ARG_SRC, Arg(act_md(s, true, c.layout), conv->in0, c.src, false));
+  args.emplace_back(DNNL_ARG_WEIGHTS,
+                    Arg(weights_md(s, c.layout.type), conv->in1, c.weights, false, true));
+  args.emplace_back(DNNL_ARG_DST, Arg(act_md(s, false, c.layout), conv->out0, c.dst, true));
   return execute(*conv, created, std::move(extra), std::move(args));
 }
 
@@ -281,17 +300,19 @@ ConvRun onednn_conv_backward_data(const ConvBackwardData& c) {
   const ConvShape& s = c.shape;
   check(s);
   if (empty_output(s, true)) return {};
-  if (s.out_channels == 0 || s.out_h * s.out_w == 0) {  // nothing flows back
-    std::fill(c.diff_src, c.diff_src + s.batch * s.in_channels * s.in_h * s.in_w, 0.f);
+  if (s.out_channels == 0 || s.out_h * s.out_w == 0) {  // nothing flows back (0 bits: +0)
+    std::memset(c.diff_src, 0,
+                s.batch * s.in_channels * s.in_h * s.in_w * element_size(c.layout.type));
     return {};
   }
   const Key key{Kind::kBackwardData, s, c.layout, false, false};
   bool created = false;
   std::shared_ptr<const Conv> conv = conv_primitive(key, &created);
   std::vector<std::pair<int, Arg>> args;
-  args.emplace_back(DNNL_ARG_DIFF_DST, Arg(act_md(s, false, c.layout.act), conv->in0, c.diff_dst, false));
-  args.emplace_back(DNNL_ARG_WEIGHTS, Arg(weights_md(s), conv->in1, c.weights, false, true));
-  args.emplace_back(DNNL_ARG_DIFF_SRC, Arg(act_md(s, true, c.layout.act), conv->out0, c.diff_src, true));
+  args.emplace_back(DNNL_ARG_DIFF_DST, Arg(act_md(s, false, c.layout), conv->in0, c.diff_dst, false));
+  args.emplace_back(DNNL_ARG_WEIGHTS,
+                    Arg(weights_md(s, c.layout.type), conv->in1, c.weights, false, true));
+  args.emplace_back(DNNL_ARG_DIFF_SRC, Arg(act_md(s, true, c.layout), conv->out0, c.diff_src, true));
   return execute(*conv, created, {}, std::move(args));
 }
 
@@ -299,9 +320,10 @@ ConvRun onednn_conv_backward_weights(const ConvBackwardWeights& c) {
   const ConvShape& s = c.shape;
   check(s);
   if (weight_count(s) == 0 && !(c.diff_bias && s.out_channels > 0)) return {};
-  if (s.batch * s.out_h * s.out_w == 0 || s.in_channels == 0) {  // an empty sum
-    std::fill(c.diff_weights, c.diff_weights + weight_count(s), 0.f);
-    if (c.diff_bias) std::fill(c.diff_bias, c.diff_bias + s.out_channels, 0.f);
+  if (s.batch * s.out_h * s.out_w == 0 || s.in_channels == 0) {  // an empty sum (0 bits: +0)
+    const size_t size = element_size(c.layout.type);
+    std::memset(c.diff_weights, 0, weight_count(s) * size);
+    if (c.diff_bias) std::memset(c.diff_bias, 0, s.out_channels * size);
     return {};
   }
   const Key key{Kind::kBackwardWeights, s, c.layout, c.diff_bias != nullptr, false};
@@ -309,12 +331,12 @@ ConvRun onednn_conv_backward_weights(const ConvBackwardWeights& c) {
   std::shared_ptr<const Conv> conv = conv_primitive(key, &created);
   std::unordered_map<int, memory> extra;
   if (c.diff_bias)
-    extra.emplace(DNNL_ARG_DIFF_BIAS,
-                  memory(memory::desc({s.out_channels}, Dt::f32, Tag::x), cpu_engine(), c.diff_bias));
+    extra.emplace(DNNL_ARG_DIFF_BIAS, memory(bias_md(s, c.layout.type), cpu_engine(), c.diff_bias));
   std::vector<std::pair<int, Arg>> args;
-  args.emplace_back(DNNL_ARG_SRC, Arg(act_md(s, true, c.layout.act), conv->in0, c.src, false));
-  args.emplace_back(DNNL_ARG_DIFF_DST, Arg(act_md(s, false, c.layout.act), conv->in1, c.diff_dst, false));
-  args.emplace_back(DNNL_ARG_DIFF_WEIGHTS, Arg(weights_md(s), conv->out0, c.diff_weights, true, true));
+  args.emplace_back(DNNL_ARG_SRC, Arg(act_md(s, true, c.layout), conv->in0, c.src, false));
+  args.emplace_back(DNNL_ARG_DIFF_DST, Arg(act_md(s, false, c.layout), conv->in1, c.diff_dst, false));
+  args.emplace_back(DNNL_ARG_DIFF_WEIGHTS,
+                    Arg(weights_md(s, c.layout.type), conv->out0, c.diff_weights, true, true));
   return execute(*conv, created, std::move(extra), std::move(args));
 }
 

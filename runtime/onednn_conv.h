@@ -1,5 +1,6 @@
-// float32 2-D convolution through oneDNN, torch-free: forward (optional bias
-// and ReLU post-op), backward-data, and backward-weights (+ bias gradient).
+// float32 or bfloat16 2-D convolution through oneDNN, torch-free: forward
+// (optional bias and ReLU post-op), backward-data, and backward-weights (+
+// bias gradient). In bf16 every buffer is bf16; oneDNN accumulates in f32.
 //
 // Activations (src, dst and their gradients) are dense NCHW or NHWC buffers,
 // the caller says which; weights are torch's [oc, ic / groups, kh, kw]
@@ -34,36 +35,40 @@ struct ConvShape {
   int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
 };
 
+enum class ConvType : uint8_t { kFloat32, kBFloat16 };
+
+// How the buffers are laid out, and their element type.
 struct ConvLayout {
   ActLayout act = ActLayout::kNchw;
   ConvPlacement placement = ConvPlacement::kUser;
+  ConvType type = ConvType::kFloat32;
 };
 
 struct ConvForward {
   ConvShape shape;
   ConvLayout layout;
-  const float* src = nullptr;      // [n, ic, ih, iw]
-  const float* weights = nullptr;  // [oc, ic / groups, kh, kw], contiguous
-  const float* bias = nullptr;     // [oc] or null
-  float* dst = nullptr;            // [n, oc, oh, ow], written
+  const void* src = nullptr;      // [n, ic, ih, iw]
+  const void* weights = nullptr;  // [oc, ic / groups, kh, kw], contiguous
+  const void* bias = nullptr;     // [oc] or null
+  void* dst = nullptr;            // [n, oc, oh, ow], written
   bool relu = false;               // an eltwise post-op
 };
 
 struct ConvBackwardData {
   ConvShape shape;
   ConvLayout layout;
-  const float* diff_dst = nullptr;
-  const float* weights = nullptr;
-  float* diff_src = nullptr;  // written
+  const void* diff_dst = nullptr;
+  const void* weights = nullptr;
+  void* diff_src = nullptr;  // written
 };
 
 struct ConvBackwardWeights {
   ConvShape shape;
   ConvLayout layout;
-  const float* src = nullptr;
-  const float* diff_dst = nullptr;
-  float* diff_weights = nullptr;  // [oc, ic / groups, kh, kw], written
-  float* diff_bias = nullptr;     // [oc], written, or null
+  const void* src = nullptr;
+  const void* diff_dst = nullptr;
+  void* diff_weights = nullptr;  // [oc, ic / groups, kh, kw], written
+  void* diff_bias = nullptr;     // [oc], written, or null
 };
 
 // What one call did, for the caller's metrics.

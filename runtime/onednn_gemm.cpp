@@ -19,13 +19,13 @@
 // ("ref:any", orders of magnitude slower), so layouts are part of the key
 // and only dense operands are taken.
 #include "runtime/onednn_gemm.h"
+#include "runtime/bf16.h"
 #include "runtime/options.h"
 
 #include <algorithm>
 #include <cmath>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -151,31 +151,16 @@ std::shared_ptr<const dnnl::matmul> primitive(const Key& key, bool* created) {
   return slot;
 }
 
-// bf16 <-> f32 by their bits (bf16 is the high half of an f32), rounding
-// to nearest even as torch does.
-float bf16_value(uint16_t bits) {
-  uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-uint16_t bf16_bits(float f) {
-  if (std::isnan(f)) return 0x7FC0;
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-
 // k == 0: the product is zero, so C is the bias (or 0), activated.
 void fill_bias(const Gemm& g, int64_t batch) {
   const bool bf16 = g.type == GemmType::kBFloat16;
   for (int64_t r = 0; r < batch * g.m; ++r)
     for (int64_t j = 0; j < g.n; ++j) {
       float v = 0.f;
-      if (g.bias) v = bf16 ? bf16_value(static_cast<const uint16_t*>(g.bias)[j])
+      if (g.bias) v = bf16 ? bf16_to_float(static_cast<const uint16_t*>(g.bias)[j])
                            : static_cast<const float*>(g.bias)[j];
       v = activate(g.act, v);
-      if (bf16) static_cast<uint16_t*>(g.c)[r * g.n + j] = bf16_bits(v);
+      if (bf16) static_cast<uint16_t*>(g.c)[r * g.n + j] = float_to_bf16(v);
       else static_cast<float*>(g.c)[r * g.n + j] = v;
     }
 }

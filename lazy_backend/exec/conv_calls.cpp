@@ -15,6 +15,7 @@
 #include "lazy_backend/exec/replay.h"
 #include "lazy_backend/metrics.h"
 #include "runtime/onednn_conv.h"
+#include "runtime/onednn_gemm.h"
 
 namespace disc {
 
@@ -82,9 +83,11 @@ at::Tensor dense(const at::Tensor& t) {
   return t.contiguous();
 }
 
-at::Tensor empty_activation(const std::vector<int64_t>& sizes, ActLayout layout) {
-  return at::empty(sizes, at::TensorOptions().dtype(at::kFloat).memory_format(
-                              layout == ActLayout::kNhwc ? at::MemoryFormat::ChannelsLast
+at::Tensor empty_activation(const std::vector<int64_t>& sizes, const runtime::ConvLayout& layout) {
+  const at::ScalarType dtype =
+      layout.type == runtime::ConvType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).memory_format(
+                              layout.act == ActLayout::kNhwc ? at::MemoryFormat::ChannelsLast
                                                          : at::MemoryFormat::Contiguous));
 }
 
@@ -95,24 +98,27 @@ at::Tensor finish(at::Tensor t, bool nhwc_out) {
   return t.contiguous();
 }
 
-runtime::ConvLayout layout(bool nhwc) {
-  return nhwc ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser}
-              : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest};
+runtime::ConvLayout layout(bool nhwc, const at::Tensor& weight) {
+  const runtime::ConvType type = weight.scalar_type() == at::kBFloat16
+                                     ? runtime::ConvType::kBFloat16
+                                     : runtime::ConvType::kFloat32;
+  return nhwc ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser, type}
+              : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest, type};
 }
 
 at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, bool nhwc,
                    bool nhwc_out) {
-  const runtime::ConvLayout l = layout(nhwc);
+  const runtime::ConvLayout l = layout(nhwc, ins[1]);
   const at::Tensor input = activation(ins[0], l.act), weight = dense(ins[1]);
   const bool has_bias = n.operands[2].kind == ir::Operand::Kind::kTensor;
   const at::Tensor bias = has_bias ? dense(ins[n.operands[2].first]) : at::Tensor();
-  at::Tensor out = empty_activation(n.outputs[0].sizes, l.act);
+  at::Tensor out = empty_activation(n.outputs[0].sizes, l);
   runtime::ConvForward c;
   c.shape = shape_of(n, input, weight, n.outputs[0].sizes);
   c.layout = l;
-  c.src = input.data_ptr<float>(), c.weights = weight.data_ptr<float>();
-  c.bias = has_bias ? bias.data_ptr<float>() : nullptr;
-  c.dst = out.data_ptr<float>();
+  c.src = input.data_ptr(), c.weights = weight.data_ptr();
+  c.bias = has_bias ? bias.data_ptr() : nullptr;
+  c.dst = out.data_ptr();
   c.relu = relu;
   count(runtime::onednn_conv_forward(c), "forward");
   if (relu) metrics::bump("library.epilogues");
@@ -121,26 +127,25 @@ at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, b
 
 std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins, bool nhwc,
                                  bool nhwc_out) {
-  const runtime::ConvLayout l = layout(nhwc);
+  const runtime::ConvLayout l = layout(nhwc, ins[2]);
   const std::vector<int64_t>& mask = attr_operand(n, 10).ints;
   const at::Tensor grad = activation(ins[0], l.act), weight = dense(ins[2]);
   const at::Tensor input = mask[1] || mask[2] ? activation(ins[1], l.act) : ins[1];
   const runtime::ConvShape s = shape_of(n, ins[1], weight, ins[0].sizes().vec());
   std::vector<at::Tensor> outs(3);
   if (mask[0]) {
-    outs[0] = empty_activation(ins[1].sizes().vec(), l.act);
-    runtime::ConvBackwardData c{s, l, grad.data_ptr<float>(), weight.data_ptr<float>(),
-                                outs[0].data_ptr<float>()};
+    outs[0] = empty_activation(ins[1].sizes().vec(), l);
+    runtime::ConvBackwardData c{s, l, grad.data_ptr(), weight.data_ptr(), outs[0].data_ptr()};
     count(runtime::onednn_conv_backward_data(c), "backward_data");
     outs[0] = finish(outs[0], nhwc_out);
   }
   if (mask[1] || mask[2]) {
     // The bias gradient is the weights primitive's by-product; without a
     // weight gradient its weights go to a scratch buffer.
-    at::Tensor dw = at::empty(weight.sizes(), at::kFloat);
-    at::Tensor db = mask[2] ? at::empty({s.out_channels}, at::kFloat) : at::Tensor();
-    runtime::ConvBackwardWeights c{s, l, input.data_ptr<float>(), grad.data_ptr<float>(),
-                                   dw.data_ptr<float>(), mask[2] ? db.data_ptr<float>() : nullptr};
+    at::Tensor dw = at::empty(weight.sizes(), weight.scalar_type());
+    at::Tensor db = mask[2] ? at::empty({s.out_channels}, weight.scalar_type()) : at::Tensor();
+    runtime::ConvBackwardWeights c{s, l, input.data_ptr(), grad.data_ptr(), dw.data_ptr(),
+                                   mask[2] ? db.data_ptr() : nullptr};
     count(runtime::onednn_conv_backward_weights(c), "backward_weights");
     if (mask[1]) outs[1] = dw;
     if (mask[2]) outs[2] = db;
@@ -154,6 +159,10 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
                                       std::vector<at::Tensor> ins, const c10::OperatorHandle& aten) {
   const bool relu = call.act == lowering::Activation::kRelu, nhwc_out = call.nhwc_out;
   const char* why = call.declined;
+  // bf16 where oneDNN would emulate it: ATen's kernels (as for GEMMs).
+  if (!why && ins[is_forward(n) ? 1 : 2].scalar_type() == at::kBFloat16 &&
+      !runtime::bf16_gemm_native())
+    why = "bf16_not_native";
   if (!why) {
     metrics::bump("library.onednn");
     // oneDNN's parallel regions follow this thread's OpenMP setting: make it
@@ -167,6 +176,7 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
   metrics::bump(std::string("library.aten_reason.") + why);
   std::vector<at::Tensor> outs = replay(aten, n, std::move(ins));
   if (relu) outs[0] = at::relu(outs[0]);
+  if (outs[0].defined() && outs[0].dim() == 4) outs[0] = finish(outs[0], nhwc_out);
   return outs;
 }
 

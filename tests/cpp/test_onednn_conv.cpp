@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "runtime/bf16.h"
 #include "runtime/onednn_conv.h"
+#include "runtime/onednn_gemm.h"
 
 using namespace disc::runtime;
 
@@ -227,4 +230,49 @@ TEST(OnednnConv, InconsistentSizesThrow) {
   std::vector<float> x(75), w(54), y(32);
   ConvForward f{s, {}, x.data(), w.data(), nullptr, y.data(), false};
   EXPECT_THROW(onednn_conv_forward(f), std::invalid_argument);
+}
+
+TEST(OnednnConv, Bf16ForwardAndBackwardMatchTheFloatLoopsToBf16Precision) {
+  if (!disc::runtime::bf16_gemm_native()) GTEST_SKIP() << "no native bf16 on this CPU";
+  const Case cs = kCases[2];  // stride 2, padding 1
+  const ConvShape s = shape_of(cs);
+  const size_t n_src = s.batch * s.in_channels * s.in_h * s.in_w;
+  const size_t n_dst = s.batch * s.out_channels * s.out_h * s.out_w;
+  const size_t n_w = s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w;
+  // Inputs exactly representable in bf16, so only the results round.
+  auto bf16_values = [](std::vector<float> v) {
+    for (float& x : v) x = disc::runtime::bf16_to_float(disc::runtime::float_to_bf16(x));
+    return v;
+  };
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out;
+    for (float x : v) out.push_back(disc::runtime::float_to_bf16(x));
+    return out;
+  };
+  auto values = [](const std::vector<uint16_t>& v) {
+    std::vector<float> out;
+    for (uint16_t x : v) out.push_back(disc::runtime::bf16_to_float(x));
+    return out;
+  };
+  const std::vector<float> x = bf16_values(random(n_src, 1)), w = bf16_values(random(n_w, 2)),
+                           dy = bf16_values(random(n_dst, 3));
+  std::vector<float> y(n_dst, 0.f), dx(n_src, 0.f), dw(n_w, 0.f);
+  each_term(s, [&](int64_t si, int64_t wi, int64_t di) {
+    y[di] += x[si] * w[wi];
+    dx[si] += dy[di] * w[wi];
+    dw[wi] += dy[di] * x[si];
+  });
+  const ConvLayout l{ActLayout::kNchw, ConvPlacement::kBest, ConvType::kBFloat16};
+  std::vector<uint16_t> xb = bits(x), wb = bits(w), dyb = bits(dy), yb(n_dst), dxb(n_src), dwb(n_w);
+  ConvForward f{s, l, xb.data(), wb.data(), nullptr, yb.data(), false};
+  EXPECT_TRUE(onednn_conv_forward(f).ran);
+  ConvBackwardData bd{s, l, dyb.data(), wb.data(), dxb.data()};
+  EXPECT_TRUE(onednn_conv_backward_data(bd).ran);
+  ConvBackwardWeights bw{s, l, xb.data(), dyb.data(), dwb.data(), nullptr};
+  EXPECT_TRUE(onednn_conv_backward_weights(bw).ran);
+  for (auto [got, want, what] : {std::tuple{values(yb), y, "forward"},
+                                 std::tuple{values(dxb), dx, "backward data"},
+                                 std::tuple{values(dwb), dw, "backward weights"}})
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-2 * std::abs(want[i]) + 1e-3) << what << " at " << i;
 }

@@ -82,3 +82,31 @@ def test_grad_scaler_trains_like_cpu_and_skips_a_step_with_infs(dtype, counters)
     for got, want in zip(got_params, want_params):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
     assert counters()["fallbacks"] == 0, torch_disc.metrics.fallbacks()
+
+
+@pytest.mark.parametrize("n,ci,co,size,k,stride,pad,groups",
+                         [(2, 3, 8, 12, 3, 1, 1, 1), (4, 8, 16, 9, 3, 2, 0, 1),
+                          (2, 8, 8, 7, 3, 1, 1, 8)])
+def test_bf16_convolutions_run_on_onednn_with_eagers_bits(n, ci, co, size, k, stride, pad,
+                                                          groups, counters):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, ci, size, size, generator=g).bfloat16()
+    w = (torch.randn(co, ci // groups, k, k, generator=g) * 0.3).bfloat16()
+    b = torch.randn(co, generator=g).bfloat16()
+
+    def run(x, w, b):
+        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+        y = F.conv2d(x, w, b, stride, pad, 1, groups)
+        y.backward(torch.ones_like(y))
+        return [t.cpu() for t in (y.detach(), x.grad, w.grad, b.grad)]
+
+    want = run(x, w, b)
+    got = run(*(t.to("disc") for t in (x, w, b)))
+    for a, e in zip(got, want):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a.float(), e.float(), rtol=1e-2, atol=1e-2)
+    c = counters()
+    if torch_disc._C.bf16_native():  # forward, backward on oneDNN
+        assert c.get("library.onednn", 0) == 2 and c.get("library.aten", 0) == 0
+    else:  # oneDNN would emulate bf16: ATen's kernels, counted
+        assert c["library.aten_reason.bf16_not_native"] == 2
