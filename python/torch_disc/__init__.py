@@ -26,7 +26,6 @@ _DEBIAN_PACKAGES = {"libMLIR.so.15": "libmlir-15", "libLLVM-15.so.1": "libllvm15
                     "libdnnl.so.2": "libdnnl2"}
 
 
-
 def _missing_library(error: ImportError) -> ImportError:
     """The error to raise when the extension does not load: which Debian
     package to install, where a library of ours is missing."""
@@ -38,7 +37,7 @@ def _missing_library(error: ImportError) -> ImportError:
 
 
 try:
-    from . import _C  # noqa: E402
+    from . import _C
 except ImportError as e:
     raise _missing_library(e) from e
 from . import device_module as _device_module  # noqa: E402
