@@ -26,6 +26,11 @@ using runtime::ConvPlacement;
 
 bool is_forward(const ir::Node& n) { return lowering::op_of(n.op) == lowering::Op::kConvolution; }
 
+// The weight: input 1 of convolution, 2 of convolution_backward.
+const at::Tensor& weight_of(const ir::Node& n, const std::vector<at::Tensor>& ins) {
+  return ins[is_forward(n) ? 1 : 2];
+}
+
 const ir::Attr& attr_operand(const ir::Node& n, size_t pos) {
   const ir::Attr* a = n.attr_operand(pos);
   TORCH_INTERNAL_ASSERT(a, "disc: ", ir::op_name(n.op), " operand ", pos, " is not a constant");
@@ -83,11 +88,10 @@ at::Tensor dense(const at::Tensor& t) {
   return t.contiguous();
 }
 
-at::Tensor empty_activation(const std::vector<int64_t>& sizes, const runtime::ConvLayout& layout) {
-  const at::ScalarType dtype =
-      layout.type == runtime::ConvType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+at::Tensor empty_activation(const std::vector<int64_t>& sizes, ActLayout layout,
+                            at::ScalarType dtype) {
   return at::empty(sizes, at::TensorOptions().dtype(dtype).memory_format(
-                              layout.act == ActLayout::kNhwc ? at::MemoryFormat::ChannelsLast
+                              layout == ActLayout::kNhwc ? at::MemoryFormat::ChannelsLast
                                                          : at::MemoryFormat::Contiguous));
 }
 
@@ -108,11 +112,11 @@ runtime::ConvLayout layout(bool nhwc, const at::Tensor& weight) {
 
 at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, bool nhwc,
                    bool nhwc_out) {
-  const runtime::ConvLayout l = layout(nhwc, ins[1]);
-  const at::Tensor input = activation(ins[0], l.act), weight = dense(ins[1]);
+  const runtime::ConvLayout l = layout(nhwc, weight_of(n, ins));
+  const at::Tensor input = activation(ins[0], l.act), weight = dense(weight_of(n, ins));
   const bool has_bias = n.operands[2].kind == ir::Operand::Kind::kTensor;
   const at::Tensor bias = has_bias ? dense(ins[n.operands[2].first]) : at::Tensor();
-  at::Tensor out = empty_activation(n.outputs[0].sizes, l);
+  at::Tensor out = empty_activation(n.outputs[0].sizes, l.act, weight.scalar_type());
   runtime::ConvForward c;
   c.shape = shape_of(n, input, weight, n.outputs[0].sizes);
   c.layout = l;
@@ -127,14 +131,14 @@ at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, b
 
 std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins, bool nhwc,
                                  bool nhwc_out) {
-  const runtime::ConvLayout l = layout(nhwc, ins[2]);
+  const runtime::ConvLayout l = layout(nhwc, weight_of(n, ins));
   const std::vector<int64_t>& mask = attr_operand(n, 10).ints;
-  const at::Tensor grad = activation(ins[0], l.act), weight = dense(ins[2]);
+  const at::Tensor grad = activation(ins[0], l.act), weight = dense(weight_of(n, ins));
   const at::Tensor input = mask[1] || mask[2] ? activation(ins[1], l.act) : ins[1];
   const runtime::ConvShape s = shape_of(n, ins[1], weight, ins[0].sizes().vec());
   std::vector<at::Tensor> outs(3);
   if (mask[0]) {
-    outs[0] = empty_activation(ins[1].sizes().vec(), l);
+    outs[0] = empty_activation(ins[1].sizes().vec(), l.act, weight.scalar_type());
     runtime::ConvBackwardData c{s, l, grad.data_ptr(), weight.data_ptr(), outs[0].data_ptr()};
     count(runtime::onednn_conv_backward_data(c), "backward_data");
     outs[0] = finish(outs[0], nhwc_out);
@@ -160,8 +164,7 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
   const bool relu = call.act == lowering::Activation::kRelu, nhwc_out = call.nhwc_out;
   const char* why = call.declined;
   // bf16 where oneDNN would emulate it: ATen's kernels (as for GEMMs).
-  if (!why && ins[is_forward(n) ? 1 : 2].scalar_type() == at::kBFloat16 &&
-      !runtime::bf16_gemm_native())
+  if (!why && weight_of(n, ins).scalar_type() == at::kBFloat16 && !runtime::bf16_gemm_native())
     why = "bf16_not_native";
   if (!why) {
     metrics::bump("library.onednn");

@@ -1,11 +1,11 @@
 // runtime/onednn_gemm against a naive loop: every transpose of A and B, bias,
 // relu, batched, sizes 0 / 1 / odd, and one primitive for every size.
 #include "runtime/onednn_gemm.h"
+#include "runtime/bf16.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <tuple>
 #include <random>
 #include <stdexcept>
@@ -180,19 +180,6 @@ TEST(OnednnGemm, StridedViewsWithoutAUnitStrideAreRejected) {
   EXPECT_THROW(onednn_gemm(g), std::invalid_argument);
 }
 
-namespace {
-uint16_t to_bf16(float f) {  // round to nearest even (finite values)
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-}  // namespace
 
 TEST(OnednnGemm, Bf16GemmAccumulatesInF32AndRoundsOnce) {
   if (!bf16_gemm_native()) GTEST_SKIP() << "no native bf16 on this CPU";
@@ -202,9 +189,9 @@ TEST(OnednnGemm, Bf16GemmAccumulatesInF32AndRoundsOnce) {
     std::mt19937 rng(static_cast<unsigned>(m + n + k));
     std::uniform_real_distribution<float> d(-1.f, 1.f);
     std::vector<uint16_t> a(m * k), b(k * n), bias(n), c(m * n);
-    for (auto& v : a) v = to_bf16(d(rng));
-    for (auto& v : b) v = to_bf16(d(rng));
-    for (auto& v : bias) v = to_bf16(d(rng));
+    for (auto& v : a) v = float_to_bf16(d(rng));
+    for (auto& v : b) v = float_to_bf16(d(rng));
+    for (auto& v : bias) v = float_to_bf16(d(rng));
     Gemm g;
     g.type = GemmType::kBFloat16;
     g.m = m, g.n = n, g.k = k;
@@ -217,14 +204,14 @@ TEST(OnednnGemm, Bf16GemmAccumulatesInF32AndRoundsOnce) {
     onednn_gemm(g);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        double want = from_bf16(bias[j]);
+        double want = bf16_to_float(bias[j]);
         for (int64_t p = 0; p < k; ++p) {
           const uint16_t bv = transposed_b ? b[j * k + p] : b[p * n + j];
-          want += static_cast<double>(from_bf16(a[i * k + p])) * from_bf16(bv);
+          want += static_cast<double>(bf16_to_float(a[i * k + p])) * bf16_to_float(bv);
         }
         want = std::max(want, 0.0);
         // One rounding to bf16 (2^-8 relative), over f32 sums of k terms.
-        ASSERT_NEAR(from_bf16(c[i * n + j]), want, 1e-2 * std::abs(want) + 1e-5 * k + 1e-6)
+        ASSERT_NEAR(bf16_to_float(c[i * n + j]), want, 1e-2 * std::abs(want) + 1e-5 * k + 1e-6)
             << m << "x" << n << "x" << k << " at " << i << "," << j;
       }
   }
