@@ -196,7 +196,7 @@ void bind_caches(py::module_& m) {
     }
     return out;
   });
-  m.def("bf16_native", &runtime::bf16_gemm_native,
+  m.def("bf16_native", &runtime::onednn_bf16_native,
         "Whether bf16 GEMMs and convolutions run on oneDNN here (native bf16 on this CPU).");
   m.def("host_cache_stats", after_worker([] {
     const HostCacheStats s = host_cache_stats();

@@ -385,7 +385,7 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
   return PrimitiveUse::kReused;
 }
 
-bool bf16_gemm_native() {
+bool onednn_bf16_native() {
   // An ISA value is the bit set of what it includes (AMX includes BF16).
   static const bool native = [] {
     const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);

@@ -57,9 +57,9 @@ enum class PrimitiveUse : uint8_t {
 bool gemm_operand_supported(const GemmOperand& x, int64_t rows, int64_t cols, int64_t batch);
 
 // Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX, as oneDNN
-// sees it): elsewhere oneDNN's bf16 GEMMs are emulated, and the caller had
-// better run them another way.
-bool bf16_gemm_native();
+// sees it): elsewhere oneDNN emulates bf16 GEMMs and convolutions, and the
+// caller had better run them another way.
+bool onednn_bf16_native();
 
 // Runs `g`; throws std::invalid_argument for an operand gemm_operand_supported
 // rejects. Thread-safe. The result says whether a primitive was created, so

@@ -164,7 +164,8 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
   const bool relu = call.act == lowering::Activation::kRelu, nhwc_out = call.nhwc_out;
   const char* why = call.declined;
   // bf16 where oneDNN would emulate it: ATen's kernels (as for GEMMs).
-  if (!why && weight_of(n, ins).scalar_type() == at::kBFloat16 && !runtime::bf16_gemm_native())
+  if (!why && weight_of(n, ins).scalar_type() == at::kBFloat16 &&
+      !runtime::onednn_bf16_native())
     why = "bf16_not_native";
   if (!why) {
     metrics::bump("library.onednn");

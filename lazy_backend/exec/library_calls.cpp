@@ -73,7 +73,7 @@ const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tens
   if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16) return "dtype";
   for (const at::Tensor& t : ins)
     if (t.scalar_type() != to_aten(type)) return "dtype";
-  if (type == ir::DType::kBFloat16 && !runtime::bf16_gemm_native()) return "bf16_not_native";
+  if (type == ir::DType::kBFloat16 && !runtime::onednn_bf16_native()) return "bf16_not_native";
   if (kind != Gemm::kAddmm) return nullptr;
   if (scalar_operand(n, 3) != 1.0 || scalar_operand(n, 4) != 1.0) return "scale";
   const at::Tensor& bias = ins[0];

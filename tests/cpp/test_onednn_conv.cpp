@@ -233,7 +233,7 @@ TEST(OnednnConv, InconsistentSizesThrow) {
 }
 
 TEST(OnednnConv, Bf16ForwardAndBackwardMatchTheFloatLoopsToBf16Precision) {
-  if (!disc::runtime::bf16_gemm_native()) GTEST_SKIP() << "no native bf16 on this CPU";
+  if (!disc::runtime::onednn_bf16_native()) GTEST_SKIP() << "no native bf16 on this CPU";
   const Case cs = kCases[2];  // stride 2, padding 1
   const ConvShape s = shape_of(cs);
   const size_t n_src = s.batch * s.in_channels * s.in_h * s.in_w;

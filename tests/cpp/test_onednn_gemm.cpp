@@ -182,7 +182,7 @@ TEST(OnednnGemm, StridedViewsWithoutAUnitStrideAreRejected) {
 
 
 TEST(OnednnGemm, Bf16GemmAccumulatesInF32AndRoundsOnce) {
-  if (!bf16_gemm_native()) GTEST_SKIP() << "no native bf16 on this CPU";
+  if (!onednn_bf16_native()) GTEST_SKIP() << "no native bf16 on this CPU";
   for (auto [m, n, k, transposed_b] :
        {std::tuple<int64_t, int64_t, int64_t, bool>{64, 256, 784, true}, {5, 3, 7, false},
         {1, 1, 1, true}, {3, 4, 0, false}}) {
