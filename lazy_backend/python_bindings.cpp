@@ -14,6 +14,7 @@
 #include "lazy_backend/exec/prepack.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/compile_cache.h"
+#include "lazy_backend/sync/graph_template.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/capture.h"
@@ -180,6 +181,8 @@ void bind_sync(py::module_& m) {
 // Counters and the caches (compiled graphs, host buffers, packed weights).
 void bind_caches(py::module_& m) {
   m.def("metrics", after_worker(&metrics::snapshot), py::call_guard<py::gil_scoped_release>());
+  m.def("bump", [](const std::string& name, int64_t by) { metrics::bump(name, by); }, py::arg("name"),
+        py::arg("by") = 1, "Adds to a named counter (the Python side's own counts)");
   m.def("reset_metrics", after_worker(&metrics::reset), py::call_guard<py::gil_scoped_release>());
   m.def("compile_cache_size", &compile_cache_size);
   m.def("clear_compile_cache", &clear_compile_cache);
@@ -209,6 +212,44 @@ void bind_caches(py::module_& m) {
   m.def("packed_weights", after_worker(&packed_weights_size), py::call_guard<py::gil_scoped_release>(),
         "How many packed weights are cached");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
+}
+
+// Traced graphs rerun without tracing: the compile-once front end
+// (torch_disc/_compiled.py).
+void bind_templates(py::module_& m) {
+  py::class_<GraphTemplate, std::shared_ptr<GraphTemplate>>(m, "GraphTemplate")
+      .def_property_readonly("structure_hash", [](const GraphTemplate& t) { return t.graph().structure_hash; })
+      .def("dims", [](const GraphTemplate& t) {
+        // (node, is_attr, which, pos, value, symbol) per dim; symbol -1: a literal
+        const ir::Graph& g = t.graph();
+        py::list out;
+        size_t k = 0;
+        ir::for_each_dim(g, [&](const ir::DimSite& s, int64_t v) {
+          const int32_t p = g.pattern[k++];
+          out.append(py::make_tuple(s.node, s.is_attr, s.which, s.pos, v,
+                                    p >= ir::kFirstSymbol ? p - ir::kFirstSymbol : -1));
+        });
+        return out;
+      }, "Every dim of the graph: (node, is_attr, which, pos, value, symbol or -1)")
+      .def("node_of", &GraphTemplate::node_of, py::call_guard<py::gil_scoped_release>(),
+           "(node, output) of the graph value a disc tensor holds; node -1 if none")
+      .def("set_sources", &GraphTemplate::set_sources, "Per dim: index of the run value it takes, -1: traced size")
+      .def("run", &GraphTemplate::run, py::call_guard<py::gil_scoped_release>(),
+           "Runs the graph with these size values on these CPU inputs")
+      .def("traced", &GraphTemplate::traced, py::call_guard<py::gil_scoped_release>(),
+           "(structure hash, dims) of the graph traced for these disc outputs")
+      .def("mismatch", &GraphTemplate::mismatch, py::call_guard<py::gil_scoped_release>(),
+           "What differs between a graph traced at new sizes and this one there; '' if nothing")
+      .def("text", [](const GraphTemplate& t) { return t.graph().to_string(); });
+  m.def("make_template", [](const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
+    std::string why_not;
+    std::shared_ptr<GraphTemplate> t;
+    {
+      py::gil_scoped_release release;
+      t = GraphTemplate::make(outputs, inputs, &why_not);
+    }
+    return py::make_tuple(t, why_not);
+  }, "The graph computing disc `outputs` from disc `inputs`, kept to rerun: (template or None, why not)");
 }
 
 // DISC_* options, and the switches tests and benchmarks flip.
@@ -278,6 +319,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_disc native backend";
   bind_sync(m);
   bind_caches(m);
+  bind_templates(m);
   bind_options(m);
   bind_generator(m);
 }

@@ -11,28 +11,6 @@ namespace disc::ir {
 
 namespace {
 
-// Visits every dim of the graph in a fixed order: per node, its symbolic
-// attribute values, then its output sizes.
-template <typename F>
-void for_each_dim(const Graph& g, F&& visit) {
-  for (uint32_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = *g.nodes[i].node;
-    for (uint32_t a = 0; a < n.attrs.size(); ++a) {
-      const Attr& at = n.attrs[a];
-      if (!at.symbolic) continue;
-      if (at.kind == Attr::Kind::kIntList) {
-        for (uint32_t k = 0; k < at.ints.size(); ++k) visit(DimSite{i, true, a, k}, at.ints[k]);
-      } else {
-        visit(DimSite{i, true, a, 0}, at.i);
-      }
-    }
-    for (uint32_t o = 0; o < n.outputs.size(); ++o) {
-      const std::vector<int64_t>& sizes = n.outputs[o].sizes;
-      for (uint32_t d = 0; d < sizes.size(); ++d) visit(DimSite{i, false, o, d}, sizes[d]);
-    }
-  }
-}
-
 std::vector<int32_t> size_pattern(const std::vector<int64_t>& dims) {
   std::vector<int32_t> pattern;
   pattern.reserve(dims.size());

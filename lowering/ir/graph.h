@@ -60,6 +60,29 @@ struct Graph {
   DimSite site(size_t k) const;
 };
 
+// Visits every dim of the graph in a fixed order (the order of
+// Graph::dims): per node, its symbolic attribute values, then its output
+// sizes. `visit(DimSite, int64_t value)`.
+template <typename F>
+void for_each_dim(const Graph& g, F&& visit) {
+  for (uint32_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = *g.nodes[i].node;
+    for (uint32_t a = 0; a < n.attrs.size(); ++a) {
+      const Attr& at = n.attrs[a];
+      if (!at.symbolic) continue;
+      if (at.kind == Attr::Kind::kIntList) {
+        for (uint32_t k = 0; k < at.ints.size(); ++k) visit(DimSite{i, true, a, k}, at.ints[k]);
+      } else {
+        visit(DimSite{i, true, a, 0}, at.i);
+      }
+    }
+    for (uint32_t o = 0; o < n.outputs.size(); ++o) {
+      const std::vector<int64_t>& sizes = n.outputs[o].sizes;
+      for (uint32_t d = 0; d < sizes.size(); ++d) visit(DimSite{i, false, o, d}, sizes[d]);
+    }
+  }
+}
+
 // Builds the graph that computes `roots` (duplicates are kept as separate
 // outputs referring to the same GraphRef). Hashes structure, attributes,
 // dtypes, ranks and the size pattern; concrete sizes, runtime scalar values

@@ -41,6 +41,7 @@ try:
 except ImportError as e:
     raise _missing_library(e) from e
 from . import device_module as _device_module  # noqa: E402
+from .dynamo import compile  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402
 from .autograd import install as _install_autograd  # noqa: E402
@@ -76,7 +77,7 @@ def _finish_at_exit() -> None:
 
 atexit.register(_finish_at_exit)
 
-__all__ = ["sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
+__all__ = ["compile", "sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
            "compile_log"]
 
 

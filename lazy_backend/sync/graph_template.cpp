@@ -1,0 +1,254 @@
+#include "lazy_backend/sync/graph_template.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+
+#include "lazy_backend/device/rng.h"
+#include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/pending.h"
+#include "lazy_backend/trace/lazy_storage.h"
+#include "lazy_backend/trace/tensor_data.h"
+
+namespace disc {
+
+namespace {
+
+// The graph's nodes as owned pointers, in graph order (build_graph keeps
+// only raw pointers; a copy's inputs must own theirs).
+std::vector<ir::NodePtr> owned_nodes(const ir::Graph& g, const std::vector<ir::Value>& roots) {
+  std::unordered_map<const ir::Node*, ir::NodePtr> owner;
+  std::vector<ir::NodePtr> stack;
+  for (const ir::Value& r : roots) stack.push_back(r.node);
+  while (!stack.empty()) {
+    ir::NodePtr n = std::move(stack.back());
+    stack.pop_back();
+    if (!owner.emplace(n.get(), n).second) continue;
+    for (const ir::Value& v : n->inputs) stack.push_back(v.node);
+  }
+  std::vector<ir::NodePtr> nodes;
+  nodes.reserve(g.nodes.size());
+  for (const ir::GraphNode& gn : g.nodes) nodes.push_back(owner.at(gn.node));
+  return nodes;
+}
+
+// A copy of `n` reading `inputs`; sizes and symbolic attributes are set by
+// the caller.
+ir::NodePtr copy_node(const ir::Node& n, std::vector<ir::Value> inputs) {
+  auto c = std::make_shared<ir::Node>();
+  c->op = n.op;
+  c->inputs = std::move(inputs);
+  c->operands = n.operands;
+  c->attrs = n.attrs;
+  c->runtime = n.runtime;
+  c->outputs = n.outputs;
+  c->num_returns = n.num_returns;
+  c->mutated = n.mutated;
+  c->rng_runtime = n.rng_runtime;
+  c->origin = n.origin;
+  c->local_hash = n.local_hash;
+  return c;
+}
+
+std::string sizes_text(c10::IntArrayRef s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+}  // namespace
+
+std::shared_ptr<GraphTemplate> GraphTemplate::make(const std::vector<at::Tensor>& outputs,
+                                                   const std::vector<at::Tensor>& inputs,
+                                                   std::string* why_not) {
+  TraceLock lock;
+  auto t = std::shared_ptr<GraphTemplate>(new GraphTemplate());
+  std::unordered_map<const ir::Node*, int32_t> input_of;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    ir::Value v = read_value(inputs[k]);
+    if (!v.node->is_data() || v.index != 0) {
+      *why_not = "input " + std::to_string(k) + " is a view or was written in place";
+      return nullptr;
+    }
+    input_of.emplace(v.node.get(), static_cast<int32_t>(k));
+  }
+  for (const at::Tensor& o : outputs) t->roots_.push_back(read_value(o));
+  t->graph_ = ir::build_graph(t->roots_);
+  t->nodes_ = owned_nodes(t->graph_, t->roots_);
+  for (const ir::GraphNode& gn : t->graph_.nodes) {
+    if (gn.param < 0) continue;
+    auto it = input_of.find(gn.node);
+    t->param_input_.push_back(it == input_of.end() ? -1 : it->second);
+  }
+  t->sources_.assign(t->graph_.dims.size(), -1);
+  return t;
+}
+
+std::pair<int64_t, int64_t> GraphTemplate::node_of(const at::Tensor& t) const {
+  const ir::Value v = read_value(t);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i] == v.node) return {static_cast<int64_t>(i), v.index};
+  return {-1, 0};
+}
+
+void GraphTemplate::set_sources(std::vector<int32_t> sources) {
+  TORCH_CHECK(sources.size() == graph_.dims.size(), "disc: a graph of ", graph_.dims.size(),
+              " dims was given ", sources.size(), " sources");
+  sources_ = std::move(sources);
+}
+
+std::vector<int64_t> GraphTemplate::dims_at(const std::vector<int64_t>& values) const {
+  std::vector<int64_t> dims(graph_.dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int32_t s = sources_[k];
+    TORCH_CHECK(s < static_cast<int32_t>(values.size()), "disc: dim ", k, " of a compiled graph reads size ",
+                s, " of ", values.size());
+    dims[k] = s >= 0 ? values[s] : graph_.dims[k];
+  }
+  return dims;
+}
+
+ir::Graph GraphTemplate::instantiate(const std::vector<int64_t>& values,
+                                     const std::vector<at::Tensor>& inputs,
+                                     std::vector<ir::NodePtr>& keep, bool draw) const {
+  const std::vector<int64_t> dims = dims_at(values);
+  ir::Graph g;
+  g.nodes.reserve(graph_.nodes.size());
+  keep.reserve(graph_.nodes.size());
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const ir::GraphNode& tn = graph_.nodes[i];
+    if (tn.param >= 0) {
+      const int32_t in = param_input_[tn.param];
+      TORCH_CHECK(in < 0 || in < static_cast<int32_t>(inputs.size()), "disc: a compiled graph of ",
+                  param_input_.size(), " inputs was given ", inputs.size());
+      keep.push_back(in < 0 ? nodes_[i] : make_data(inputs[in].contiguous()).node);
+    } else {
+      std::vector<ir::Value> ins;
+      ins.reserve(tn.inputs.size());
+      for (const ir::GraphRef& r : tn.inputs) ins.push_back({keep[r.node], r.index});
+      keep.push_back(copy_node(*tn.node, std::move(ins)));
+      // A random op draws from the generator at each call, as its trace would.
+      if (ir::Node& n = *keep.back(); draw && n.rng_runtime >= 0) {
+        const auto [seed, offset] = next_random_draw();
+        n.runtime[n.rng_runtime].i = static_cast<int64_t>(seed);
+        n.runtime[n.rng_runtime + 1].i = static_cast<int64_t>(offset);
+      }
+    }
+    g.nodes.push_back({keep.back().get(), tn.inputs, tn.param});
+  }
+  size_t k = 0;
+  ir::for_each_dim(graph_, [&](const ir::DimSite& s, int64_t) {
+    const int64_t size = dims[k++];
+    ir::Node& n = *keep[s.node];
+    const int32_t param = graph_.nodes[s.node].param;
+    if (param >= 0) {  // an input or a constant: its size is a check, not a setting
+      TORCH_CHECK(n.outputs[0].sizes[s.pos] == size, "disc: input ", param_input_[param],
+                  " of the compiled graph has sizes ", sizes_text(n.outputs[0].sizes),
+                  ", but its dim ", s.pos, " must be ", size, " here");
+    } else if (s.is_attr) {
+      ir::Attr& a = n.attrs[s.which];
+      (a.kind == ir::Attr::Kind::kIntList ? a.ints[s.pos] : a.i) = size;
+    } else {
+      n.outputs[s.which].sizes[s.pos] = size;
+    }
+  });
+  g.params = graph_.params;
+  g.outputs = graph_.outputs;
+  g.read_only_params.assign(g.params.size(), 1);  // the caller's tensors, and constants
+  ir::hash_graph(g);
+  return g;
+}
+
+std::vector<at::Tensor> GraphTemplate::run(const std::vector<int64_t>& values,
+                                           const std::vector<at::Tensor>& inputs) const {
+  std::vector<ir::NodePtr> keep;
+  ir::Graph g;
+  std::shared_ptr<Executable> exe;
+  {
+    metrics::ScopedTimer t(metrics::counters().hash_ns);
+    g = instantiate(values, inputs, keep, /*draw=*/true);
+  }
+  {
+    TraceLock lock;  // the compile cache is the sync's
+    exe = lookup_or_compile(g);
+  }
+  static metrics::Named runs("template.runs");
+  ++runs;
+  metrics::counters().graphs_run++;
+  metrics::counters().graph_nodes += static_cast<int64_t>(g.nodes.size());
+  std::vector<at::Tensor> out;
+  {
+    metrics::ScopedTimer t(metrics::counters().execute_ns);
+    out = exe->run(g, nullptr, nullptr);
+  }
+  // An output that is an input or a constant (or a view of one) is handed
+  // out as a copy: the caller may write it.
+  for (at::Tensor& o : out) {
+    for (uint32_t p : g.params) {
+      const at::Tensor* held = data_of(*g.nodes[p].node);
+      if (o.defined() && held && o.storage().is_alias_of(held->storage())) {
+        o = o.clone();
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::pair<uint64_t, std::vector<int64_t>> GraphTemplate::traced(const std::vector<at::Tensor>& outputs) const {
+  TraceLock lock;
+  std::vector<ir::Value> roots;
+  for (const at::Tensor& o : outputs) roots.push_back(read_value(o));
+  ir::Graph g = ir::build_graph(roots);
+  return {g.structure_hash, std::move(g.dims)};
+}
+
+std::string GraphTemplate::mismatch(const std::vector<at::Tensor>& outputs,
+                                    const std::vector<at::Tensor>& inputs,
+                                    const std::vector<int64_t>& values) const {
+  TraceLock lock;
+  std::vector<ir::Value> roots;
+  for (const at::Tensor& o : outputs) roots.push_back(read_value(o));
+  const ir::Graph traced = ir::build_graph(roots);
+  std::vector<at::Tensor> cpu_inputs;
+  for (const at::Tensor& in : inputs) {
+    const ir::Value v = read_value(in);
+    if (!v.node->is_data()) return "an input is a view or was written";
+    cpu_inputs.push_back(*data_of(*v.node));
+  }
+  std::vector<ir::NodePtr> keep;
+  const ir::Graph mine = instantiate(values, cpu_inputs, keep, /*draw=*/false);
+  if (traced.structure_hash != mine.structure_hash) return "the graph's structure or attributes differ";
+  if (traced.dims != mine.dims) {
+    for (size_t k = 0; k < mine.dims.size(); ++k)
+      if (traced.dims[k] != mine.dims[k])
+        return "size " + std::to_string(mine.dims[k]) + " instead of " + std::to_string(traced.dims[k]) +
+               " at " + traced.site(k).to_string(traced);
+  }
+  for (size_t i = 0; i < traced.nodes.size(); ++i) {
+    const ir::Node& a = *traced.nodes[i].node;
+    std::vector<ir::Attr> scalars = a.runtime;  // the seeds of random ops are drawn per call
+    if (a.rng_runtime >= 0) scalars.erase(scalars.begin() + a.rng_runtime, scalars.begin() + a.rng_runtime + 2);
+    std::vector<ir::Attr> mine_scalars = mine.nodes[i].node->runtime;
+    if (a.rng_runtime >= 0)
+      mine_scalars.erase(mine_scalars.begin() + a.rng_runtime, mine_scalars.begin() + a.rng_runtime + 2);
+    if (!(scalars == mine_scalars))
+      return "the runtime scalars of %" + std::to_string(i) + " (" + ir::op_name(a.op) + ") differ";
+    if (traced.nodes[i].param < 0) continue;
+    const int32_t in = param_input_[traced.nodes[i].param];
+    const at::Tensor* was = data_of(*nodes_[i]);
+    const at::Tensor* now = data_of(a);
+    // A constant is the same tensor (a weight), or one of equal value that
+    // the trace made again (a scalar operand).
+    const bool same = in >= 0 ? now->is_same(cpu_inputs[in])
+                              : was && now && (was->is_same(*now) || (was->dtype() == now->dtype() &&
+                                                                      was->sizes() == now->sizes() &&
+                                                                      was->equal(*now)));
+    if (!same) return "parameter " + std::to_string(traced.nodes[i].param) + " is another tensor";
+  }
+  return "";
+}
+
+}  // namespace disc

@@ -1,0 +1,335 @@
+"""One captured FX graph (ATen level: AOTAutograd's or torch.export's) run
+by disc with no tracing per call.
+
+The first call runs the FX graph on disc tensors: the disc device's op
+capture translates each ATen op into our IR, as for any lazy graph. The
+graph of the outputs is kept (``_C.GraphTemplate``) and later calls copy it
+at their sizes and run it through the compile cache and executor that lazy
+graphs use. Each dim of the graph is tied to the FX graph's symbolic sizes
+(``meta["val"]`` of the FX value it belongs to), so a call's sizes follow
+from its inputs' sizes: one trace and one compile serve every batch size and
+sequence length.
+
+Where the tie is not certain, a call is traced again and checked:
+
+- a dim that no FX value gives directly (one the capture made inside an op)
+  takes the expressions of the FX sizes equal to it; while these disagree
+  at a call's sizes (a batch of 4 and 4 heads were equal where traced), the
+  call is traced and the traced sizes tell them apart;
+- a call that changes a size symbol no traced call has changed is traced
+  once more and compared with the template's copy (``compiled.verified``):
+  a size the FX graph's expressions do not predict (one traced as a
+  constant) is caught there, and the graph is traced at every call from
+  then on (``compiled.mismatches``, warned once);
+- a graph that syncs while traced (an op on the CPU fallback) is traced at
+  every call (``compiled.untemplated.<reason>``).
+
+Counters: ``compiled.template_calls`` (calls that traced nothing),
+``compiled.traced_calls``.
+"""
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Set
+
+import sympy
+import torch
+from torch.utils._sympy.printers import PythonPrinter
+
+from . import _C
+
+DISC = torch.device("disc")
+
+
+def _bump(name: str) -> None:
+    _C.bump(name)
+
+
+def _expr(size) -> sympy.Expr:
+    return sympy.expand(size.node.expr) if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
+
+
+def _sizes_ok(env: Dict[sympy.Symbol, int]) -> bool:
+    # Sizes 0 and 1 change what kernels do (broadcasting, empty tensors):
+    # such a call is traced.
+    return all(v >= 2 for v in env.values())
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the FX graph on disc tensors, pairing every disc tensor it makes
+    with its node's symbolic value (``meta["val"]``); constants of the
+    module (``get_attr``) go to disc once, and factories made for the CPU
+    make disc tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, constants: Dict[str, torch.Tensor]):
+        super().__init__(gm)
+        self.probes: List[tuple] = []
+        self._constants = constants
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if not isinstance(value, torch.Tensor) or value.device.type == "disc":
+            return value
+        if target not in self._constants:
+            self._constants[target] = value.detach().to(DISC)
+        return self._constants[target]
+
+    def call_function(self, target, args, kwargs):
+        # The graph was captured on CPU tensors: its factories say so.
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cpu":
+            kwargs = {**kwargs, "device": DISC}
+        return super().call_function(target, args, kwargs)
+
+    def run_node(self, n: torch.fx.Node):
+        result = super().run_node(n)
+        val = n.meta.get("val")
+        if isinstance(result, torch.Tensor) and isinstance(val, torch.Tensor):
+            self.probes.append((result, val))
+        return result
+
+
+class _SymbolMap:
+    """The FX graph's free size symbols, each read from a dim of an input
+    (or an int input), and compiled functions from them to expressions."""
+
+    def __init__(self, placeholders: Sequence[torch.fx.Node]):
+        self.readers: Dict[sympy.Symbol, tuple] = {}
+        for i, p in enumerate(placeholders):
+            val = p.meta.get("val")
+            sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
+            for d, s in enumerate(sizes):
+                e = _expr(s)
+                if isinstance(e, sympy.Symbol) and e not in self.readers:
+                    self.readers[e] = (i, d if isinstance(val, torch.Tensor) else None)
+
+    def values(self, args: Sequence[Any]) -> Dict[sympy.Symbol, int]:
+        return {s: int(args[i] if d is None else args[i].shape[d]) for s, (i, d) in self.readers.items()}
+
+    def bound(self, e: sympy.Expr) -> bool:
+        return e.free_symbols <= self.readers.keys()
+
+    def function(self, exprs: Sequence[sympy.Expr]):
+        """env -> [int(e) for e in exprs]; every symbol must be bound."""
+        names = sorted(self.readers, key=str)
+        printer = PythonPrinter()
+        body = ", ".join(f"int({printer.doprint(e)})" for e in exprs)
+        code = f"def f({', '.join(map(str, names))}):\n    return [{body}]\n"
+        scope: Dict[str, Any] = {}
+        exec(compile(code, "<disc size expressions>", "exec"), scope)  # noqa: S102 - our own printout
+        f = scope["f"]
+        return lambda env: f(*(env[s] for s in names))
+
+
+def _dim_candidates(graph, probes, symbols: _SymbolMap) -> Optional[List[Optional[Set[sympy.Expr]]]]:
+    """Per dim of the graph: None for a literal, else the FX expressions it
+    may be. Exact where an FX value holds the dim's node (its sizes, and a
+    shape attribute equal to them: view, expand); else every expression of
+    an exact dim of equal value (the size pattern's symbol). None when a dim
+    has no candidate."""
+    dims = graph.dims()
+    exact: Dict[tuple, sympy.Expr] = {}
+    for tensor, val in probes:
+        node, output = graph.node_of(tensor)
+        if node >= 0:
+            for d, size in enumerate(val.shape):
+                exact[(node, False, output, d)] = _expr(size)
+    # A shape attribute (view, expand sizes): one element per output dim,
+    # equal to it.
+    outputs = {}
+    attrs: Dict[tuple, list] = {}
+    for node, is_attr, which, pos, value, _ in dims:
+        (attrs.setdefault((node, which), []) if is_attr else outputs.setdefault((node, which), [])).append(value)
+    for (node, which), values in attrs.items():
+        if values == outputs.get((node, 0)):
+            for pos in range(len(values)):
+                if (node, False, 0, pos) in exact:
+                    exact[(node, True, which, pos)] = exact[(node, False, 0, pos)]
+    by_symbol: Dict[int, Set[sympy.Expr]] = {}
+    for node, is_attr, which, pos, value, symbol in dims:
+        e = exact.get((node, is_attr, which, pos))
+        if symbol >= 0 and e is not None and symbols.bound(e):
+            by_symbol.setdefault(symbol, set()).add(e)
+    candidates: List[Optional[Set[sympy.Expr]]] = []
+    for node, is_attr, which, pos, value, symbol in dims:
+        if symbol < 0:
+            candidates.append(None)
+            continue
+        e = exact.get((node, is_attr, which, pos))
+        found = {e} if e is not None and symbols.bound(e) else set(by_symbol.get(symbol, ()))
+        if not found:
+            return None
+        candidates.append(found)
+    return candidates
+
+
+class _Template:
+    """A graph template, the FX expressions each of its dims may be, and
+    which size symbols calls have checked."""
+
+    def __init__(self, graph, candidates, symbols: _SymbolMap, env: Dict[sympy.Symbol, int]):
+        self.graph, self.candidates, self.symbols = graph, candidates, symbols
+        self.built_at = dict(env)   # the symbol values it was traced at
+        self.verified: Set[sympy.Symbol] = set()  # symbols a checked call has changed
+        self._bind()
+
+    def _bind(self) -> None:
+        """Ties each dim to one expression of its candidates; keeps the
+        groups of candidates that must agree for a call to use them."""
+        index: Dict[sympy.Expr, int] = {}
+        groups: Set[frozenset] = set()
+        sources = []
+        for found in self.candidates:
+            if found is None:
+                sources.append(-1)
+                continue
+            ids = frozenset(index.setdefault(e, len(index)) for e in found)
+            sources.append(min(ids))
+            if len(ids) > 1:
+                groups.add(ids)
+        self.exprs = sorted(index, key=index.get)
+        self.groups = [sorted(g) for g in groups]
+        self.evaluate = self.symbols.function(self.exprs)
+        self.graph.set_sources(sources)
+
+    def values(self, env: Dict[sympy.Symbol, int]) -> Optional[List[int]]:
+        """The size values of a call, or None when it must be traced: a
+        symbol it changes is unchecked, or candidates of a dim disagree."""
+        if not _sizes_ok(env) or any(v != self.built_at[s] and s not in self.verified for s, v in env.items()):
+            return None
+        values = self.evaluate(env)
+        if any(len({values[i] for i in g}) > 1 for g in self.groups):
+            return None
+        return values
+
+    def check(self, traced, inputs, env) -> str:
+        """Narrows the candidates by a traced call's sizes and compares the
+        rest of that graph with the template's copy; "" when they agree."""
+        structure, dims = self.graph.traced(traced)
+        if structure != self.graph.structure_hash:
+            return "the graph's structure or attributes differ"
+        values = self.evaluate(env)
+        index = {e: i for i, e in enumerate(self.exprs)}
+        for k, found in enumerate(self.candidates):
+            if found is not None:
+                kept = {e for e in found if values[index[e]] == dims[k]}
+                if not kept:
+                    return f"no FX size gives dim {k} ({dims[k]})"
+                self.candidates[k] = kept
+        self._bind()
+        why = self.graph.mismatch(traced, inputs, self.evaluate(env))
+        if not why:
+            self.verified |= {s for s, v in env.items() if v != self.built_at[s]}
+        return why
+
+
+class CompiledGraph:
+    """Callable running an ATen-level FX graph on disc; takes and returns
+    CPU tensors. ``frozen``: positions of inputs that are constants of the
+    graph (frozen weights), taken at the first call and ignored after."""
+
+    def __init__(self, gm: torch.fx.GraphModule, frozen: Sequence[int] = ()):
+        # AOTAutograd's boxed calling convention (one list of arguments); an
+        # attribute of the instance, which the wrappers around it copy.
+        self._boxed_call = True
+        self.gm = gm
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.frozen = frozenset(frozen)
+        self.symbols = _SymbolMap(self.placeholders)
+        self.template: Optional[_Template] = None
+        self.untemplated: Optional[str] = None  # why every call is traced
+        self._constants: Dict[str, torch.Tensor] = {}
+        self._frozen_disc: Dict[int, torch.Tensor] = {}
+        (out_node,) = [n for n in gm.graph.nodes if n.op == "output"]
+        self._outputs = out_node.args[0]
+        ints = [o.meta.get("val") for o in self._outputs if self._is_int_output(o)]
+        self._int_outputs = None
+        if ints and all(self.symbols.bound(_expr(v)) for v in ints):
+            self._int_outputs = self.symbols.function([_expr(v) for v in ints])
+        elif ints:
+            self.untemplated = "unbound_int_output"
+
+    @staticmethod
+    def _is_tensor_output(o) -> bool:
+        return isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
+
+    @classmethod
+    def _is_int_output(cls, o) -> bool:
+        return isinstance(o, torch.fx.Node) and not cls._is_tensor_output(o)
+
+    def __call__(self, args: List[Any]) -> List[Any]:
+        args = list(args)
+        env = self.symbols.values(args)
+        values = self.template.values(env) if self.template is not None else None
+        if values is None:
+            return self._trace(env, args)
+        return self._run_template(values, env, args)
+
+    def _run_template(self, values: List[int], env, args) -> List[Any]:
+        _bump("compiled.template_calls")
+        inputs = [a.detach() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in self.frozen]
+        results = iter(self.template.graph.run(values, inputs))
+        ints = iter(self._int_outputs(env)) if self._int_outputs else iter(())
+        return [next(results) if self._is_tensor_output(o) else next(ints) if self._is_int_output(o) else o
+                for o in self._outputs]
+
+    def _disc_inputs(self, args: Sequence[Any]) -> List[Any]:
+        moved = []
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                moved.append(a)
+            elif i in self.frozen:
+                if i not in self._frozen_disc:
+                    self._frozen_disc[i] = a.detach().to(DISC)
+                moved.append(self._frozen_disc[i])
+            else:
+                moved.append(a.detach().contiguous().to(DISC))
+        return moved
+
+    def _trace(self, env, args) -> List[Any]:
+        """Traces the FX graph on disc; makes or checks the template, and
+        runs the call through it where it can."""
+        disc_args = self._disc_inputs(args)
+        recorder = _Recorder(self.gm, self._constants)
+        rng = _C.get_rng_state()  # a run from the template draws what the trace drew
+        syncs = _C.metrics()["syncs"]
+        with torch.no_grad():
+            results = recorder.run(*disc_args)
+        if self.untemplated is None and _C.metrics()["syncs"] != syncs:
+            self._give_up("synced_while_traced")
+        if self.untemplated is None and _sizes_ok(env):
+            traced = [r for r, o in zip(results, self._outputs) if self._is_tensor_output(o)]
+            inputs = [a for i, a in enumerate(disc_args) if isinstance(a, torch.Tensor) and i not in self.frozen]
+            if self.template is None:
+                self._make_template(traced, inputs, recorder.probes, env)
+            else:
+                self._check(traced, inputs, env)
+        recorder.probes.clear()
+        values = self.template.values(env) if self.template is not None else None
+        if values is not None:  # the traced values are dropped unrun
+            _C.set_rng_state(rng)
+            return self._run_template(values, env, args)
+        _bump("compiled.traced_calls")
+        return [r.cpu() if isinstance(r, torch.Tensor) else int(r) if isinstance(r, torch.SymInt) else r
+                for r in results]
+
+    def _give_up(self, reason: str) -> None:
+        self.untemplated = reason
+        self.template = None
+        _bump(f"compiled.untemplated.{reason}")
+
+    def _make_template(self, traced, inputs, probes, env) -> None:
+        graph, why_not = _C.make_template(traced, inputs)
+        if graph is None:
+            return self._give_up("input_written")
+        candidates = _dim_candidates(graph, probes, self.symbols)
+        if candidates is None:
+            return self._give_up("size_without_source")
+        self.template = _Template(graph, candidates, self.symbols, env)
+        _bump("compiled.templates")
+
+    def _check(self, traced, inputs, env) -> None:
+        why = self.template.check(traced, inputs, env)
+        _bump("compiled.checked")
+        if why:
+            warnings.warn(f"disc: a compiled graph traced at new sizes differs from its template ({why}); "
+                          f"it is traced at every call from now on")
+            self._give_up("mismatch")
