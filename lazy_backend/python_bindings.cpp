@@ -217,6 +217,11 @@ void bind_caches(py::module_& m) {
 // Traced graphs rerun without tracing: the compile-once front end
 // (torch_disc/_compiled.py).
 void bind_templates(py::module_& m) {
+  // The leaves of a trace's inputs, held for make_template.
+  struct TracedInputs {
+    std::vector<ir::Value> leaves;
+  };
+  py::class_<TracedInputs>(m, "TracedInputs");
   py::class_<GraphTemplate, std::shared_ptr<GraphTemplate>>(m, "GraphTemplate")
       .def_property_readonly("structure_hash", [](const GraphTemplate& t) { return t.graph().structure_hash; })
       .def("dims", [](const GraphTemplate& t) {
@@ -238,18 +243,24 @@ void bind_templates(py::module_& m) {
            "Runs the graph with these size values on these CPU inputs")
       .def("traced", &GraphTemplate::traced, py::call_guard<py::gil_scoped_release>(),
            "(structure hash, dims) of the graph traced for these disc outputs")
-      .def("mismatch", &GraphTemplate::mismatch, py::call_guard<py::gil_scoped_release>(),
+      .def("mismatch", [](const GraphTemplate& t, const std::vector<at::Tensor>& outputs,
+                          const TracedInputs& inputs, const std::vector<int64_t>& values) {
+             return t.mismatch(outputs, inputs.leaves, values);
+           }, py::call_guard<py::gil_scoped_release>(),
            "What differs between a graph traced at new sizes and this one there; '' if nothing")
       .def("text", [](const GraphTemplate& t) { return t.graph().to_string(); });
-  m.def("make_template", [](const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
+  m.def("input_leaves", [](const std::vector<at::Tensor>& inputs) {
+    return TracedInputs{GraphTemplate::leaves_of(inputs)};
+  }, py::call_guard<py::gil_scoped_release>(), "What disc inputs hold before a trace, for make_template");
+  m.def("make_template", [](const std::vector<at::Tensor>& outputs, const TracedInputs& inputs) {
     std::string why_not;
     std::shared_ptr<GraphTemplate> t;
     {
       py::gil_scoped_release release;
-      t = GraphTemplate::make(outputs, inputs, &why_not);
+      t = GraphTemplate::make(outputs, inputs.leaves, &why_not);
     }
     return py::make_tuple(t, why_not);
-  }, "The graph computing disc `outputs` from disc `inputs`, kept to rerun: (template or None, why not)");
+  }, "The graph computing disc `outputs` from input_leaves(): (template or None, why not)");
 }
 
 // DISC_* options, and the switches tests and benchmarks flip.

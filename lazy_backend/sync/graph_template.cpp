@@ -60,16 +60,22 @@ std::string sizes_text(c10::IntArrayRef s) {
 
 }  // namespace
 
+std::vector<ir::Value> GraphTemplate::leaves_of(const std::vector<at::Tensor>& inputs) {
+  std::vector<ir::Value> leaves;
+  for (const at::Tensor& t : inputs) leaves.push_back(read_value(t));
+  return leaves;
+}
+
 std::shared_ptr<GraphTemplate> GraphTemplate::make(const std::vector<at::Tensor>& outputs,
-                                                   const std::vector<at::Tensor>& inputs,
+                                                   const std::vector<ir::Value>& inputs,
                                                    std::string* why_not) {
   TraceLock lock;
   auto t = std::shared_ptr<GraphTemplate>(new GraphTemplate());
   std::unordered_map<const ir::Node*, int32_t> input_of;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    ir::Value v = read_value(inputs[k]);
+    const ir::Value& v = inputs[k];
     if (!v.node->is_data() || v.index != 0) {
-      *why_not = "input " + std::to_string(k) + " is a view or was written in place";
+      *why_not = "input " + std::to_string(k) + " is a view";
       return nullptr;
     }
     input_of.emplace(v.node.get(), static_cast<int32_t>(k));
@@ -206,16 +212,15 @@ std::pair<uint64_t, std::vector<int64_t>> GraphTemplate::traced(const std::vecto
 }
 
 std::string GraphTemplate::mismatch(const std::vector<at::Tensor>& outputs,
-                                    const std::vector<at::Tensor>& inputs,
+                                    const std::vector<ir::Value>& inputs,
                                     const std::vector<int64_t>& values) const {
   TraceLock lock;
   std::vector<ir::Value> roots;
   for (const at::Tensor& o : outputs) roots.push_back(read_value(o));
   const ir::Graph traced = ir::build_graph(roots);
   std::vector<at::Tensor> cpu_inputs;
-  for (const at::Tensor& in : inputs) {
-    const ir::Value v = read_value(in);
-    if (!v.node->is_data()) return "an input is a view or was written";
+  for (const ir::Value& v : inputs) {
+    if (!v.node->is_data()) return "an input is a view";
     cpu_inputs.push_back(*data_of(*v.node));
   }
   std::vector<ir::NodePtr> keep;

@@ -22,14 +22,19 @@ namespace disc {
 
 class GraphTemplate {
  public:
-  // The graph computing `outputs` (disc tensors the trace made) from
-  // `inputs` (disc tensors, each holding a data leaf). Leaves that are no
-  // input are constants of the template. Null, with the reason in
-  // `why_not`, when an input is a view or was written. Random ops draw
+  // What the front end's inputs hold before its trace: data leaves.
+  static std::vector<ir::Value> leaves_of(const std::vector<at::Tensor>& inputs);
+
+  // The graph computing `outputs` (disc tensors a trace made) from `inputs`
+  // (leaves_of() the disc tensors it started from). Leaves that are no
+  // input are constants of the template. The graph is a function of its
+  // leaves: what the trace wrote into an input is not kept (the front end
+  // runs functional graphs, where such a write is the same value: a
+  // BatchNorm's statistics in inference). Null, with the reason in
+  // `why_not`, when an input is no data leaf (a view). Random ops draw
   // their (seed, offset) from the disc generator at each run.
   static std::shared_ptr<GraphTemplate> make(const std::vector<at::Tensor>& outputs,
-                                             const std::vector<at::Tensor>& inputs,
-                                             std::string* why_not);
+                                             const std::vector<ir::Value>& inputs, std::string* why_not);
 
   const ir::Graph& graph() const { return graph_; }
   // Node index and output index of the graph value a disc tensor holds, or
@@ -50,10 +55,10 @@ class GraphTemplate {
   // program at other sizes, to check or narrow the sources against).
   std::pair<uint64_t, std::vector<int64_t>> traced(const std::vector<at::Tensor>& outputs) const;
 
-  // Whether the graph traced for `outputs` from `inputs` at new sizes is
+  // Whether the graph traced for `outputs` from `inputs` (leaves_of) at new sizes is
   // this template at `values`: same structure, attributes, runtime scalars,
   // sizes and inputs. "" when it is, else what differs.
-  std::string mismatch(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+  std::string mismatch(const std::vector<at::Tensor>& outputs, const std::vector<ir::Value>& inputs,
                        const std::vector<int64_t>& values) const;
 
  private:

@@ -41,6 +41,7 @@ try:
 except ImportError as e:
     raise _missing_library(e) from e
 from . import device_module as _device_module  # noqa: E402
+from ._export import export, load  # noqa: E402
 from .dynamo import compile  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402
@@ -77,7 +78,7 @@ def _finish_at_exit() -> None:
 
 atexit.register(_finish_at_exit)
 
-__all__ = ["compile", "sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
+__all__ = ["compile", "export", "load", "sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
            "compile_log"]
 
 

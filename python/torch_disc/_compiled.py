@@ -200,7 +200,7 @@ class _Template:
             return None
         return values
 
-    def check(self, traced, inputs, env) -> str:
+    def check(self, traced, leaves, env) -> str:
         """Narrows the candidates by a traced call's sizes and compares the
         rest of that graph with the template's copy; "" when they agree."""
         structure, dims = self.graph.traced(traced)
@@ -215,7 +215,7 @@ class _Template:
                     return f"no FX size gives dim {k} ({dims[k]})"
                 self.candidates[k] = kept
         self._bind()
-        why = self.graph.mismatch(traced, inputs, self.evaluate(env))
+        why = self.graph.mismatch(traced, leaves, self.evaluate(env))
         if not why:
             self.verified |= {s for s, v in env.items() if v != self.built_at[s]}
         return why
@@ -290,6 +290,8 @@ class CompiledGraph:
         disc_args = self._disc_inputs(args)
         recorder = _Recorder(self.gm, self._constants)
         rng = _C.get_rng_state()  # a run from the template draws what the trace drew
+        leaves = _C.input_leaves(
+            [a for i, a in enumerate(disc_args) if isinstance(a, torch.Tensor) and i not in self.frozen])
         syncs = _C.metrics()["syncs"]
         with torch.no_grad():
             results = recorder.run(*disc_args)
@@ -297,11 +299,10 @@ class CompiledGraph:
             self._give_up("synced_while_traced")
         if self.untemplated is None and _sizes_ok(env):
             traced = [r for r, o in zip(results, self._outputs) if self._is_tensor_output(o)]
-            inputs = [a for i, a in enumerate(disc_args) if isinstance(a, torch.Tensor) and i not in self.frozen]
             if self.template is None:
-                self._make_template(traced, inputs, recorder.probes, env)
+                self._make_template(traced, leaves, recorder.probes, env)
             else:
-                self._check(traced, inputs, env)
+                self._check(traced, leaves, env)
         recorder.probes.clear()
         values = self.template.values(env) if self.template is not None else None
         if values is not None:  # the traced values are dropped unrun
@@ -316,18 +317,18 @@ class CompiledGraph:
         self.template = None
         _bump(f"compiled.untemplated.{reason}")
 
-    def _make_template(self, traced, inputs, probes, env) -> None:
-        graph, why_not = _C.make_template(traced, inputs)
+    def _make_template(self, traced, leaves, probes, env) -> None:
+        graph, why_not = _C.make_template(traced, leaves)
         if graph is None:
-            return self._give_up("input_written")
+            return self._give_up("input_view")
         candidates = _dim_candidates(graph, probes, self.symbols)
         if candidates is None:
             return self._give_up("size_without_source")
         self.template = _Template(graph, candidates, self.symbols, env)
         _bump("compiled.templates")
 
-    def _check(self, traced, inputs, env) -> None:
-        why = self.template.check(traced, inputs, env)
+    def _check(self, traced, leaves, env) -> None:
+        why = self.template.check(traced, leaves, env)
         _bump("compiled.checked")
         if why:
             warnings.warn(f"disc: a compiled graph traced at new sizes differs from its template ({why}); "

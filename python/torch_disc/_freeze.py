@@ -54,7 +54,7 @@ def fold_batch_norms(gm: torch.fx.GraphModule, known: Dict[torch.fx.Node, torch.
             continue
         if any(a is not None and c is None for a, c in zip((gamma, beta), affine)):
             continue
-        outputs = list(bn.users)
+        outputs = [u for u in bn.users if u.users]  # (export keeps unused getitems)
         if any(u.target is not operator.getitem or u.args[1] != 0 for u in outputs):
             continue
         scale = torch.rsqrt(stats[1].double() + eps)
@@ -70,7 +70,7 @@ def fold_batch_norms(gm: torch.fx.GraphModule, known: Dict[torch.fx.Node, torch.
         b_node = _set_constant(gm, conv, shift.to(weight.dtype))
         known[w_node], known[b_node] = new_weight, shift.to(weight.dtype)
         conv.args = (conv.args[0], w_node, b_node, *conv.args[3:])
-        for u in outputs:
+        for u in list(bn.users):
             u.replace_all_uses_with(conv)
             gm.graph.erase_node(u)
         gm.graph.erase_node(bn)

@@ -154,3 +154,15 @@ def test_freeze_folds_batch_norm_into_the_convolution(counters):
         before = frozen(x)
         model[0].weight.add_(1.0)
         torch.testing.assert_close(frozen(x), before)
+
+
+def test_batch_norm_statistics_written_by_the_capture_stay_inputs(counters):
+    """The capture records BatchNorm in inference as an op that writes its
+    statistics back unchanged; the template still reads them as inputs."""
+    model = conv_bn()
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    with torch.no_grad():
+        for b in (2, 5, 3):
+            x = torch.randn(b, 3, 12, 12)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert compiled_counts(counters) == {"templates": 1, "checked": 1, "template_calls": 3}
