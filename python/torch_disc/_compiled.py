@@ -27,6 +27,7 @@ Where the tie is not certain, a call is traced again and checked:
 Counters: ``compiled.template_calls`` (calls that traced nothing),
 ``compiled.traced_calls``.
 """
+import itertools
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Set
 
@@ -119,12 +120,13 @@ class _SymbolMap:
         return lambda env: f(*(env[s] for s in names))
 
 
-def _dim_candidates(graph, probes, symbols: _SymbolMap) -> Optional[List[Optional[Set[sympy.Expr]]]]:
-    """Per dim of the graph: None for a literal, else the FX expressions it
-    may be. Exact where an FX value holds the dim's node (its sizes, and a
-    shape attribute equal to them: view, expand); else every expression of
-    an exact dim of equal value (the size pattern's symbol). None when a dim
-    has no candidate."""
+def _dim_candidates(graph, probes, symbols: _SymbolMap, env) -> List[Optional[Set[sympy.Expr]]]:
+    """Per dim of the graph (traced at the symbol values ``env``): None for
+    a literal, else the FX expressions it may be. Exact where an FX value
+    holds the dim's node (its sizes, and a shape attribute equal to them:
+    view, expand); else every expression of an exact dim of equal value
+    (the size pattern's symbol) and every monomial in the symbols of that
+    value."""
     dims = graph.dims()
     exact: Dict[tuple, sympy.Expr] = {}
     for tensor, val in probes:
@@ -154,11 +156,28 @@ def _dim_candidates(graph, probes, symbols: _SymbolMap) -> Optional[List[Optiona
             candidates.append(None)
             continue
         e = exact.get((node, is_attr, which, pos))
-        found = {e} if e is not None and symbols.bound(e) else set(by_symbol.get(symbol, ()))
-        if not found:
-            return None
-        candidates.append(found)
+        if e is not None and symbols.bound(e):
+            candidates.append({e})
+        else:
+            candidates.append(set(by_symbol.get(symbol, ())) | _monomials(value, env))
     return candidates
+
+
+def _monomials(value: int, env: Dict[sympy.Symbol, int], degree: int = 3) -> Set[sympy.Expr]:
+    """Every c * s1^a1 * s2^a2 ... (exponents up to ``degree``, c a positive
+    integer) equal to ``value`` at ``env``: what a size the capture made
+    inside an op may be (an embedding's rows, batch * length; a flattened
+    score matrix, batch * heads * length^2), to be told apart by the sizes
+    of later traced calls."""
+    found = set()
+    symbols = list(env)
+    for powers in itertools.product(range(degree + 1), repeat=len(symbols)):
+        base = 1
+        for s, a in zip(symbols, powers):
+            base *= env[s] ** a
+        if base and value % base == 0:
+            found.add(sympy.expand(value // base * sympy.Mul(*(s ** a for s, a in zip(symbols, powers)))))
+    return found
 
 
 class _Template:
@@ -321,9 +340,7 @@ class CompiledGraph:
         graph, why_not = _C.make_template(traced, leaves)
         if graph is None:
             return self._give_up("input_view")
-        candidates = _dim_candidates(graph, probes, self.symbols)
-        if candidates is None:
-            return self._give_up("size_without_source")
+        candidates = _dim_candidates(graph, probes, self.symbols, env)
         self.template = _Template(graph, candidates, self.symbols, env)
         _bump("compiled.templates")
 

@@ -214,3 +214,26 @@ def test_minilm_smoke_on_disc(tmp_path, counters):
 def test_missing_model_dir_is_one_clear_error(tmp_path):
     with pytest.raises(finetune.ModelError, match="no config.json"):
         finetune.main(["--device", "cpu", "--model", str(tmp_path)])
+
+
+@needs_minilm
+@needs_wordnet
+def test_minilm_serving_compiled_exported_and_reloaded(tmp_path, capsys):
+    """examples/bert/infer.py: embeddings of 40 glosses at their own lengths
+    from one compile, equal to eager; the exported file serves the same."""
+    from examples.bert import infer
+
+    compiled = infer.main(["--limit", "40", "--check"])
+    c = compiled["counters"]
+    assert compiled["worst"] < 1e-5
+    # Two compiles: the first batch's length is 8, equal to the batch size,
+    # another size pattern (explain() says so); every other length reuses one.
+    assert c["cache_misses"] == 2 and c.get("compiled.traced_calls", 0) == 0 and c.get("fallbacks", 0) == 0
+    artifact = str(tmp_path / "minilm.disc")
+    infer.main(["--export", artifact])
+    served = infer.main(["--load", artifact, "--limit", "40", "--check"])
+    assert served["worst"] < 1e-5
+    assert served["counters"].get("compiled.traced_calls", 0) <= 1  # a check of a new batch size
+    for a, b in zip(compiled["outputs"], served["outputs"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert "40 sentences" in capsys.readouterr().out
