@@ -74,6 +74,10 @@ class _Recorder(torch.fx.Interpreter):
         return self._constants[target]
 
     def call_function(self, target, args, kwargs):
+        # A view of a layout disc's kernels chose differently (an attention
+        # output) is a copy: in a functional graph nothing can tell.
+        if target is torch.ops.aten.view.default:
+            target = torch.ops.aten.reshape.default
         # The graph was captured on CPU tensors: its factories say so.
         device = kwargs.get("device")
         if device is not None and torch.device(device).type == "cpu":

@@ -49,13 +49,21 @@ def _spec_of(node: torch.fx.Node, path: str, ranges) -> Dict[str, Any]:
     return {"name": path, "dtype": str(val.dtype).replace("torch.", ""), "dims": dims}
 
 
+def _decompositions():
+    """Core ATen, except attention: kept whole, it runs as one fused CPU
+    kernel (flash attention) instead of score matrices written and read."""
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
+
+
 def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str,
            dynamic_shapes: Optional[Any] = None, kwargs: Optional[Dict[str, Any]] = None) -> str:
     """Exports ``model`` (in inference: call ``model.eval()`` first) at
     ``example_inputs``; ``dynamic_shapes`` as ``torch.export.export`` takes
     it. Writes ``path``; returns it."""
     ep = torch.export.export(model, tuple(example_inputs), kwargs=kwargs, dynamic_shapes=dynamic_shapes)
-    ep = ep.run_decompositions()
+    ep = ep.run_decompositions(_decompositions())
     record = dict(_versions(), inputs=_input_specs(ep))
     with open(path, "wb") as f:  # a file object: any name, not only *.pt2
         torch.export.save(ep, f, extra_files={RECORD: json.dumps(record, indent=1)})
