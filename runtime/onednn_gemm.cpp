@@ -187,8 +187,9 @@ namespace {
 struct SizedKey {
   Key key;
   int64_t m, n, k;
+  int threads;
   bool operator<(const SizedKey& o) const {
-    return std::tie(key, m, n, k) < std::tie(o.key, o.m, o.n, o.k);
+    return std::tie(key, m, n, k, threads) < std::tie(o.key, o.m, o.n, o.k, o.threads);
   }
 };
 
@@ -275,7 +276,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   dnnl::stream& stream = cpu_stream();
   bool created = false;
   if (sizing() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
-    Sized* s = sized_primitive({key, g.m, g.n, g.k}, &created);
+    Sized* s = sized_primitive({key, g.m, g.n, g.k, g.threads}, &created);
     s->a.set_data_handle(const_cast<void*>(g.a.data));
     s->b.set_data_handle(const_cast<void*>(g.b.data));
     s->c.set_data_handle(g.c);
@@ -308,8 +309,9 @@ struct PackedKey {
   Layout a;
   bool bias;
   Activation act;
+  int threads;
   bool operator<(const PackedKey& o) const {
-    return std::tie(m, n, k, a, bias, act) < std::tie(o.m, o.n, o.k, o.a, o.bias, o.act);
+    return std::tie(m, n, k, a, bias, act, threads) < std::tie(o.m, o.n, o.k, o.a, o.bias, o.act, o.threads);
   }
 };
 
@@ -324,7 +326,7 @@ std::map<PackedKey, std::shared_ptr<const PackedPrimitive>>& packed_cache() {
 }
 
 std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
-  const PackedKey key{g.m, g.n, g.k, layout_of(g.a, g.m, g.k, 1), g.bias != nullptr, g.act};
+  const PackedKey key{g.m, g.n, g.k, layout_of(g.a, g.m, g.k, 1), g.bias != nullptr, g.act, g.threads};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& slot = packed_cache()[key];
   if (slot) return slot;

@@ -41,6 +41,9 @@ struct Gemm {
   const void* bias = nullptr;  // [n] contiguous, or null; mm only
   void* c = nullptr;           // [m, n], dense row-major, written
   Activation act = Activation::kNone;
+  // The caller's thread count (torch's): a primitive made for fixed sizes
+  // fixes its parallelism when it is made, so the count is part of its key.
+  int threads = 1;
 };
 
 enum class PrimitiveUse : uint8_t {

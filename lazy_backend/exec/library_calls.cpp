@@ -91,6 +91,7 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
                          const std::function<at::Tensor()>& make_b) {
   const int64_t d = batched ? 1 : 0;
   runtime::Gemm g;
+  g.threads = at::get_num_threads();
   g.batched = batched;
   g.batch = batched ? a.size(0) : 1;
   g.m = a.size(d), g.k = a.size(d + 1), g.n = b.size(d + 1);
