@@ -22,7 +22,10 @@ Where the tie is not certain, a call is traced again and checked:
   constant) is caught there, and the graph is traced at every call from
   then on (``compiled.mismatches``, warned once);
 - a graph that syncs while traced (an op on the CPU fallback) is traced at
-  every call (``compiled.untemplated.<reason>``).
+  every call (``compiled.untemplated.<reason>``);
+- a graph disc fails to trace runs on the CPU as it is, warned once
+  (``compiled.eager_calls``): compiling never breaks a program that runs
+  eagerly.
 
 Counters: ``compiled.template_calls`` (calls that traced nothing),
 ``compiled.traced_calls``.
@@ -280,6 +283,9 @@ class CompiledGraph:
 
     def __call__(self, args: List[Any]) -> List[Any]:
         args = list(args)
+        if self.untemplated == "translation_failed":
+            _bump("compiled.eager_calls")
+            return list(self.gm(*args))
         env = self.symbols.values(args)
         values = self.template.values(env) if self.template is not None else None
         if values is None:
@@ -316,8 +322,11 @@ class CompiledGraph:
         leaves = _C.input_leaves(
             [a for i, a in enumerate(disc_args) if isinstance(a, torch.Tensor) and i not in self.frozen])
         syncs = _C.metrics()["syncs"]
-        with torch.no_grad():
-            results = recorder.run(*disc_args)
+        try:
+            with torch.no_grad():
+                results = recorder.run(*disc_args)
+        except Exception as e:  # noqa: BLE001 - the graph still runs, on the CPU
+            return self._run_eagerly(args, e)
         if self.untemplated is None and _C.metrics()["syncs"] != syncs:
             self._give_up("synced_while_traced")
         if self.untemplated is None and _sizes_ok(env):
@@ -334,6 +343,15 @@ class CompiledGraph:
         _bump("compiled.traced_calls")
         return [r.cpu() if isinstance(r, torch.Tensor) else int(r) if isinstance(r, torch.SymInt) else r
                 for r in results]
+
+    def _run_eagerly(self, args, error: Exception) -> List[Any]:
+        """A graph disc cannot trace runs as it is, on the CPU, from now on
+        (ATen's own kernels: what the model would do without compiling)."""
+        warnings.warn(f"disc: a compiled graph could not be traced on disc and runs on the CPU as it "
+                      f"is: {type(error).__name__}: {error}")
+        self._give_up("translation_failed")
+        _bump("compiled.eager_calls")
+        return list(self.gm(*args))
 
     def _give_up(self, reason: str) -> None:
         self.untemplated = reason

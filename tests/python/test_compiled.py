@@ -166,3 +166,38 @@ def test_batch_norm_statistics_written_by_the_capture_stay_inputs(counters):
             x = torch.randn(b, 3, 12, 12)
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
     assert compiled_counts(counters) == {"templates": 1, "checked": 1, "template_calls": 3}
+
+
+def test_graph_breaks_give_one_template_per_graph(counters):
+    def f(x):
+        y = torch.relu(x) * 2
+        torch._dynamo.graph_break()
+        return y.sum(1) + x.mean()
+
+    compiled = torch.compile(f, backend="disc", dynamic=True)
+    for b in (4, 6, 9):
+        x = torch.randn(b, 5)
+        torch.testing.assert_close(compiled(x), f(x))
+    n = compiled_counts(counters)
+    assert n["templates"] == 2 and n["template_calls"] == 6 and n.get("traced_calls", 0) == 0
+
+
+def test_graph_disc_cannot_trace_runs_eagerly_warned(counters, monkeypatch):
+    from torch_disc import _compiled
+
+    def refuse_relu(self, target, args, kwargs):
+        if target is torch.ops.aten.relu.default:
+            raise NotImplementedError("no relu today")
+        return original(self, target, args, kwargs)
+
+    original = _compiled._Recorder.call_function
+    monkeypatch.setattr(_compiled._Recorder, "call_function", refuse_relu)
+    model = mlp().append(torch.nn.ReLU())
+    compiled = torch.compile(model, backend="disc")
+    x = torch.randn(4, 20)
+    with torch.no_grad(), pytest.warns(UserWarning, match="runs on the CPU as it is: NotImplementedError"):
+        torch.testing.assert_close(compiled(x), model(x))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    n = compiled_counts(counters)
+    assert n["eager_calls"] == 2 and n["untemplated.translation_failed"] == 1
