@@ -238,7 +238,8 @@ void bind_templates(py::module_& m) {
       }, "Every dim of the graph: (node, is_attr, which, pos, value, symbol or -1)")
       .def("node_of", &GraphTemplate::node_of, py::call_guard<py::gil_scoped_release>(),
            "(node, output) of the graph value a disc tensor holds; node -1 if none")
-      .def("set_sources", &GraphTemplate::set_sources, "Per dim: index of the run value it takes, -1: traced size")
+      .def("with_sources", &GraphTemplate::with_sources,
+           "A copy taking per dim the run value at this index (-1: the traced size)")
       .def("run", &GraphTemplate::run, py::call_guard<py::gil_scoped_release>(),
            "Runs the graph with these size values on these CPU inputs")
       .def("traced", &GraphTemplate::traced, py::call_guard<py::gil_scoped_release>(),

@@ -8,7 +8,9 @@
 
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/metrics.h"
+#include "lazy_backend/sync/compile_cache.h"
 #include "lazy_backend/sync/pending.h"
+#include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lazy_backend/trace/tensor_data.h"
 
@@ -99,10 +101,12 @@ std::pair<int64_t, int64_t> GraphTemplate::node_of(const at::Tensor& t) const {
   return {-1, 0};
 }
 
-void GraphTemplate::set_sources(std::vector<int32_t> sources) {
+std::shared_ptr<GraphTemplate> GraphTemplate::with_sources(std::vector<int32_t> sources) const {
   TORCH_CHECK(sources.size() == graph_.dims.size(), "disc: a graph of ", graph_.dims.size(),
               " dims was given ", sources.size(), " sources");
-  sources_ = std::move(sources);
+  auto t = std::make_shared<GraphTemplate>(*this);
+  t->sources_ = std::move(sources);
+  return t;
 }
 
 std::vector<int64_t> GraphTemplate::dims_at(const std::vector<int64_t>& values) const {
@@ -176,10 +180,13 @@ std::vector<at::Tensor> GraphTemplate::run(const std::vector<int64_t>& values,
     metrics::ScopedTimer t(metrics::counters().hash_ns);
     g = instantiate(values, inputs, keep, /*draw=*/true);
   }
+  const int64_t misses = metrics::counters().cache_misses;
   {
     TraceLock lock;  // the compile cache is the sync's
     exe = lookup_or_compile(g);
   }
+  // Say which line compiled it (the location takes the GIL: after the lock).
+  if (metrics::counters().cache_misses > misses) compile_cache().locate_last(python_location());
   static metrics::Named runs("template.runs");
   ++runs;
   metrics::counters().graphs_run++;

@@ -41,9 +41,11 @@ class GraphTemplate {
   // (-1, 0) when it is no node of the graph.
   std::pair<int64_t, int64_t> node_of(const at::Tensor& t) const;
 
-  // Where each dim of a run comes from: sources[k] indexes the values given
-  // to run(), or is -1 for a dim that keeps its traced size (a literal).
-  void set_sources(std::vector<int32_t> sources);
+  // This template with each dim of a run taken from `sources`: sources[k]
+  // indexes the values given to run(), or is -1 for a dim that keeps its
+  // traced size (a literal). A copy sharing the nodes, so that runs of the
+  // old binding on other threads go on undisturbed.
+  std::shared_ptr<GraphTemplate> with_sources(std::vector<int32_t> sources) const;
 
   // Runs the graph with dims from `values` (set_sources) on CPU tensors
   // `inputs` (one per input of make()); returns the outputs as CPU

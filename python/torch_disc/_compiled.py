@@ -31,8 +31,9 @@ Counters: ``compiled.template_calls`` (calls that traced nothing),
 ``compiled.traced_calls``.
 """
 import itertools
+import threading
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set
 
 import sympy
 import torch
@@ -187,19 +188,29 @@ def _monomials(value: int, env: Dict[sympy.Symbol, int], degree: int = 3) -> Set
     return found
 
 
+class _Binding(NamedTuple):
+    """One tie of a template's dims to expressions: the C++ template whose
+    dims read them, the expressions, a function computing them, and the
+    groups of them that must agree for a call to use the binding."""
+    graph: Any
+    exprs: List[sympy.Expr]
+    evaluate: Callable
+    groups: List[List[int]]
+
+
 class _Template:
     """A graph template, the FX expressions each of its dims may be, and
-    which size symbols calls have checked."""
+    which size symbols calls have checked. Calls read ``bound`` once: a check
+    on another thread replaces it whole."""
 
     def __init__(self, graph, candidates, symbols: _SymbolMap, env: Dict[sympy.Symbol, int]):
-        self.graph, self.candidates, self.symbols = graph, candidates, symbols
+        self.candidates, self.symbols = candidates, symbols
         self.built_at = dict(env)   # the symbol values it was traced at
         self.verified: Set[sympy.Symbol] = set()  # symbols a checked call has changed
-        self._bind()
+        self.bound = self._bind(graph)
 
-    def _bind(self) -> None:
-        """Ties each dim to one expression of its candidates; keeps the
-        groups of candidates that must agree for a call to use them."""
+    def _bind(self, graph) -> _Binding:
+        """Ties each dim to one expression of its candidates."""
         index: Dict[sympy.Expr, int] = {}
         groups: Set[frozenset] = set()
         sources = []
@@ -211,38 +222,41 @@ class _Template:
             sources.append(min(ids))
             if len(ids) > 1:
                 groups.add(ids)
-        self.exprs = sorted(index, key=index.get)
-        self.groups = [sorted(g) for g in groups]
-        self.evaluate = self.symbols.function(self.exprs)
-        self.graph.set_sources(sources)
+        exprs = sorted(index, key=index.get)
+        return _Binding(graph.with_sources(sources), exprs, self.symbols.function(exprs),
+                        [sorted(g) for g in groups])
 
-    def values(self, env: Dict[sympy.Symbol, int]) -> Optional[List[int]]:
-        """The size values of a call, or None when it must be traced: a
-        symbol it changes is unchecked, or candidates of a dim disagree."""
+    def values(self, env: Dict[sympy.Symbol, int]):
+        """(binding, the call's size values), or None when the call must be
+        traced: a symbol it changes is unchecked, or candidates of a dim
+        disagree at its sizes."""
         if not _sizes_ok(env) or any(v != self.built_at[s] and s not in self.verified for s, v in env.items()):
             return None
-        values = self.evaluate(env)
-        if any(len({values[i] for i in g}) > 1 for g in self.groups):
+        bound = self.bound
+        values = bound.evaluate(env)
+        if any(len({values[i] for i in g}) > 1 for g in bound.groups):
             return None
-        return values
+        return bound, values
 
     def check(self, traced, leaves, env) -> str:
         """Narrows the candidates by a traced call's sizes and compares the
         rest of that graph with the template's copy; "" when they agree."""
-        structure, dims = self.graph.traced(traced)
-        if structure != self.graph.structure_hash:
+        bound = self.bound
+        structure, dims = bound.graph.traced(traced)
+        if structure != bound.graph.structure_hash:
             return "the graph's structure or attributes differ"
-        values = self.evaluate(env)
-        index = {e: i for i, e in enumerate(self.exprs)}
+        values = bound.evaluate(env)
+        index = {e: i for i, e in enumerate(bound.exprs)}
         for k, found in enumerate(self.candidates):
             if found is not None:
                 kept = {e for e in found if values[index[e]] == dims[k]}
                 if not kept:
                     return f"no FX size gives dim {k} ({dims[k]})"
                 self.candidates[k] = kept
-        self._bind()
-        why = self.graph.mismatch(traced, leaves, self.evaluate(env))
+        bound = self._bind(bound.graph)
+        why = bound.graph.mismatch(traced, leaves, bound.evaluate(env))
         if not why:
+            self.bound = bound
             self.verified |= {s for s, v in env.items() if v != self.built_at[s]}
         return why
 
@@ -262,6 +276,7 @@ class CompiledGraph:
         self.symbols = _SymbolMap(self.placeholders)
         self.template: Optional[_Template] = None
         self.untemplated: Optional[str] = None  # why every call is traced
+        self._tracing = threading.Lock()  # one thread makes or checks the template
         self._constants: Dict[str, torch.Tensor] = {}
         self._frozen_disc: Dict[int, torch.Tensor] = {}
         (out_node,) = [n for n in gm.graph.nodes if n.op == "output"]
@@ -287,15 +302,17 @@ class CompiledGraph:
             _bump("compiled.eager_calls")
             return list(self.gm(*args))
         env = self.symbols.values(args)
-        values = self.template.values(env) if self.template is not None else None
-        if values is None:
-            return self._trace(env, args)
-        return self._run_template(values, env, args)
+        template = self.template
+        call = template.values(env) if template is not None else None
+        if call is None:
+            with self._tracing:
+                return self._trace(env, args)
+        return self._run_template(*call, env, args)
 
-    def _run_template(self, values: List[int], env, args) -> List[Any]:
+    def _run_template(self, bound: _Binding, values: List[int], env, args) -> List[Any]:
         _bump("compiled.template_calls")
         inputs = [a.detach() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in self.frozen]
-        results = iter(self.template.graph.run(values, inputs))
+        results = iter(bound.graph.run(values, inputs))
         ints = iter(self._int_outputs(env)) if self._int_outputs else iter(())
         return [next(results) if self._is_tensor_output(o) else next(ints) if self._is_int_output(o) else o
                 for o in self._outputs]
@@ -336,10 +353,10 @@ class CompiledGraph:
             else:
                 self._check(traced, leaves, env)
         recorder.probes.clear()
-        values = self.template.values(env) if self.template is not None else None
-        if values is not None:  # the traced values are dropped unrun
+        call = self.template.values(env) if self.template is not None else None
+        if call is not None:  # the traced values are dropped unrun
             _C.set_rng_state(rng)
-            return self._run_template(values, env, args)
+            return self._run_template(*call, env, args)
         _bump("compiled.traced_calls")
         return [r.cpu() if isinstance(r, torch.Tensor) else int(r) if isinstance(r, torch.SymInt) else r
                 for r in results]

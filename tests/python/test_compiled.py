@@ -9,6 +9,13 @@ import transformers
 import torch_disc
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Dynamo reuses a graph it compiled for another module of the same code
+    (parameters are inputs): each test counts its own templates."""
+    torch._dynamo.reset()
+
+
 def compiled_counts(c):
     return {k[len("compiled."):]: v for k, v in c().items() if k.startswith("compiled.")}
 
@@ -201,3 +208,41 @@ def test_graph_disc_cannot_trace_runs_eagerly_warned(counters, monkeypatch):
         torch.testing.assert_close(compiled(x), model(x))
     n = compiled_counts(counters)
     assert n["eager_calls"] == 2 and n["untemplated.translation_failed"] == 1
+
+
+def test_threads_share_one_compiled_model(counters):
+    """Calls from two threads, some tracing and checking while the other
+    runs from the template: every result is eager's."""
+    import threading
+    model = mlp()
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    errors = []
+
+    def serve(seed):
+        try:
+            with torch.no_grad():
+                for k in range(12):
+                    x = torch.randn(2 + (seed * 7 + k * 3) % 30, 20)
+                    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with torch.no_grad():
+        compiled(torch.randn(5, 20))  # Dynamo compiles on one thread
+    threads = [threading.Thread(target=serve, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert compiled_counts(counters)["templates"] == 1, compiled_counts(counters)
+
+
+def test_a_compile_names_the_line_that_called_the_model():
+    torch_disc._C.clear_compile_cache()
+    torch_disc._C.clear_compile_log()
+    compiled = torch.compile(mlp(), backend="disc", dynamic=True)
+    with torch.no_grad():
+        compiled(torch.randn(6, 20))
+    (record,) = torch_disc.compile_log()
+    assert "test_compiled.py" in record["location"]
