@@ -29,8 +29,8 @@ class GraphTemplate {
   // (leaves_of() the disc tensors it started from). Leaves that are no
   // input are constants of the template. The graph is a function of its
   // leaves: what the trace wrote into an input is not kept (the front end
-  // runs functional graphs, where such a write is the same value: a
-  // BatchNorm's statistics in inference). Null, with the reason in
+  // runs functional graphs, where an op the capture records as writing an
+  // input writes the value it had). Null, with the reason in
   // `why_not`, when an input is no data leaf (a view). Random ops draw
   // their (seed, offset) from the disc generator at each run.
   static std::shared_ptr<GraphTemplate> make(const std::vector<at::Tensor>& outputs,

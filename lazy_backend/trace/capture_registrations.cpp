@@ -51,6 +51,11 @@ constexpr const char* kRecordedWhole[] = {
     // input of its own per call (SGD's momentum: one per parameter and step);
     // recorded whole, the scalar is runtime data of the node.
     "mul_.Scalar",
+    // else: _native_batch_norm_legit(training=False), whose schema writes
+    // the running statistics: each inference step would leave them pending
+    // (same values), and a compiled graph's frozen statistics would chain
+    // every trace onto the one before.
+    "_native_batch_norm_legit_no_training",
 };
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
