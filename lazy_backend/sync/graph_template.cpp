@@ -60,6 +60,19 @@ std::string sizes_text(c10::IntArrayRef s) {
   return os.str();
 }
 
+// The first node where graph `a` (traced) and `b` (the template's copy)
+// differ, said for a person.
+std::string structure_difference(const ir::Graph& a, const ir::Graph& b) {
+  for (size_t i = 0; i < std::min(a.nodes.size(), b.nodes.size()); ++i) {
+    const ir::Node& x = *a.nodes[i].node;
+    const ir::Node& y = *b.nodes[i].node;
+    if (x.local_hash != y.local_hash || !(a.nodes[i].inputs == b.nodes[i].inputs))
+      return "node %" + std::to_string(i) + " traced as " + x.to_string() + ", the template has " + y.to_string();
+  }
+  return "the traced graph has " + std::to_string(a.nodes.size()) + " nodes, the template " +
+         std::to_string(b.nodes.size());
+}
+
 }  // namespace
 
 std::vector<ir::Value> GraphTemplate::leaves_of(const std::vector<at::Tensor>& inputs) {
@@ -232,7 +245,7 @@ std::string GraphTemplate::mismatch(const std::vector<at::Tensor>& outputs,
   }
   std::vector<ir::NodePtr> keep;
   const ir::Graph mine = instantiate(values, cpu_inputs, keep, /*draw=*/false);
-  if (traced.structure_hash != mine.structure_hash) return "the graph's structure or attributes differ";
+  if (traced.structure_hash != mine.structure_hash) return structure_difference(traced, mine);
   if (traced.dims != mine.dims) {
     for (size_t k = 0; k < mine.dims.size(); ++k)
       if (traced.dims[k] != mine.dims[k])

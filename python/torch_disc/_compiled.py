@@ -52,12 +52,6 @@ def _expr(size) -> sympy.Expr:
     return sympy.expand(size.node.expr) if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
 
 
-def _sizes_ok(env: Dict[sympy.Symbol, int]) -> bool:
-    # Sizes 0 and 1 change what kernels do (broadcasting, empty tensors):
-    # such a call is traced.
-    return all(v >= 2 for v in env.values())
-
-
 class _Recorder(torch.fx.Interpreter):
     """Runs the FX graph on disc tensors, pairing every disc tensor it makes
     with its node's symbolic value (``meta["val"]``); constants of the
@@ -230,22 +224,32 @@ class _Template:
         """(binding, the call's size values), or None when the call must be
         traced: a symbol it changes is unchecked, or candidates of a dim
         disagree at its sizes."""
-        if not _sizes_ok(env) or any(v != self.built_at[s] and s not in self.verified for s, v in env.items()):
+        if any(v != self.built_at[s] and s not in self.verified for s, v in env.items()):
             return None
         bound = self.bound
         values = bound.evaluate(env)
-        if any(len({values[i] for i in g}) > 1 for g in bound.groups):
+        if not self._sizes_ok(values) or any(len({values[i] for i in g}) > 1 for g in bound.groups):
             return None
         return bound, values
+
+    @staticmethod
+    def _sizes_ok(values: List[int]) -> bool:
+        # A size of 0 or 1 changes what kernels do (broadcasting, empty
+        # tensors): such a call is traced (an int input that is no size,
+        # a position offset, may well be 0).
+        return all(v >= 2 for v in values)
+
+    def sizes_ok(self, env) -> bool:
+        return self._sizes_ok(self.bound.evaluate(env))
 
     def check(self, traced, leaves, env) -> str:
         """Narrows the candidates by a traced call's sizes and compares the
         rest of that graph with the template's copy; "" when they agree."""
         bound = self.bound
         structure, dims = bound.graph.traced(traced)
-        if structure != bound.graph.structure_hash:
-            return "the graph's structure or attributes differ"
         values = bound.evaluate(env)
+        if structure != bound.graph.structure_hash:  # which node differs
+            return bound.graph.mismatch(traced, leaves, values) or "the structure differs"
         index = {e: i for i, e in enumerate(bound.exprs)}
         for k, found in enumerate(self.candidates):
             if found is not None:
@@ -346,11 +350,12 @@ class CompiledGraph:
             return self._run_eagerly(args, e)
         if self.untemplated is None and _C.metrics()["syncs"] != syncs:
             self._give_up("synced_while_traced")
-        if self.untemplated is None and _sizes_ok(env):
+        self._forget_written_constants(args)
+        if self.untemplated is None:
             traced = [r for r, o in zip(results, self._outputs) if self._is_tensor_output(o)]
-            if self.template is None:
+            if self.template is None:  # (a traced symbolic size is never 0 or 1)
                 self._make_template(traced, leaves, recorder.probes, env)
-            else:
+            elif self.template.sizes_ok(env):
                 self._check(traced, leaves, env)
         recorder.probes.clear()
         call = self.template.values(env) if self.template is not None else None
@@ -360,6 +365,18 @@ class CompiledGraph:
         _bump("compiled.traced_calls")
         return [r.cpu() if isinstance(r, torch.Tensor) else int(r) if isinstance(r, torch.SymInt) else r
                 for r in results]
+
+    def _forget_written_constants(self, args) -> None:
+        """A constant the trace wrote (in a functional graph, with the value
+        it had) is made again from its CPU tensor: the next trace must not
+        read this one's pending value, which would chain it onto this
+        trace's graph."""
+        for i in [i for i, t in self._frozen_disc.items() if _C.is_pending(t)]:
+            self._frozen_disc[i] = args[i].detach().to(DISC)
+            _bump("compiled.constants_written")
+        for name in [n for n, t in self._constants.items() if _C.is_pending(t)]:
+            del self._constants[name]
+            _bump("compiled.constants_written")
 
     def _run_eagerly(self, args, error: Exception) -> List[Any]:
         """A graph disc cannot trace runs as it is, on the CPU, from now on

@@ -163,9 +163,9 @@ def test_freeze_folds_batch_norm_into_the_convolution(counters):
         torch.testing.assert_close(frozen(x), before)
 
 
-def test_batch_norm_statistics_written_by_the_capture_stay_inputs(counters):
-    """The capture records BatchNorm in inference as an op that writes its
-    statistics back unchanged; the template still reads them as inputs."""
+def test_batch_norm_in_inference_runs_from_a_template(counters):
+    """BatchNorm in inference is recorded whole, writing nothing: unfrozen,
+    its statistics are inputs of one template at every batch size."""
     model = conv_bn()
     compiled = torch.compile(model, backend="disc", dynamic=True)
     with torch.no_grad():
@@ -246,3 +246,31 @@ def test_a_compile_names_the_line_that_called_the_model():
         compiled(torch.randn(6, 20))
     (record,) = torch_disc.compile_log()
     assert "test_compiled.py" in record["location"]
+
+
+def pre_activation():
+    """BatchNorm -> ReLU -> convolution (DenseNet's order): no convolution
+    before the BatchNorm to fold it into."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.Flatten()).eval()
+
+
+def test_frozen_statistics_are_not_written_by_a_trace(counters):
+    """Frozen BatchNorm statistics stay data: a trace that wrote them would
+    chain the next trace onto its graph (the check then failed, and every
+    call traced)."""
+    model = pre_activation()
+    frozen = torch_disc.compile(model, freeze=True, dynamic=True)
+    with torch.no_grad():
+        for b in (2, 3, 5, 4):
+            x = torch.randn(b, 3, 8, 8)
+            torch.testing.assert_close(frozen(x), model(x), rtol=1e-5, atol=1e-5)
+    n = compiled_counts(counters)
+    assert n == {"templates": 1, "checked": 1, "template_calls": 4}, n
+
+
+def test_batch_norm_in_inference_leaves_its_statistics_alone():
+    bn = torch.nn.BatchNorm2d(3).eval().to("disc")
+    bn(torch.randn(2, 3, 4, 4).to("disc")).cpu()
+    assert not torch_disc._C.is_pending(bn.running_mean) and not torch_disc._C.is_pending(bn.running_var)
