@@ -225,3 +225,71 @@ def test_model_trains_through_torch_compile_like_float64_cpu(name, counters):
     n = {k: v for k, v in c.items() if k.startswith("compiled.")}
     assert c.get("compiled.eager_calls", 0) == 0 and c.get("compiled.traced_calls", 0) == 0, n
     assert c["compiled.template_calls"] >= 2 * STEPS
+
+
+# ----------------------------------------------------------------------------
+# Inference through torch_disc.compile(freeze=True).
+
+
+def torchvision_model(name):
+    def build():
+        torchvision = pytest.importorskip("torchvision")
+        return getattr(torchvision.models, name)(num_classes=10)
+    return build
+
+
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2))
+
+
+def tiny_distilbert():
+    transformers = pytest.importorskip("transformers")
+    return transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
+        vocab_size=100, dim=32, n_layers=2, n_heads=4, hidden_dim=64))
+
+
+def images(*batches):
+    return [(torch.randn(b, 3, 64, 64, generator=torch.Generator().manual_seed(b)),) for b in batches]
+
+
+def tokens(*lengths):
+    return [(torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n)),) for n in lengths]
+
+
+# (DenseNet-121, checked by hand, takes 45 s here; its BatchNorm -> ReLU ->
+# convolution order is test_compiled.py's pre_activation.)
+INFERENCE_CASES = {
+    "mobilenet_v3_small": (torchvision_model("mobilenet_v3_small"), images(2, 3, 5)),
+    "efficientnet_b0": (torchvision_model("efficientnet_b0"), images(2, 3, 5)),
+    "llama": (tiny_llama, tokens(7, 12, 20)),
+    "distilbert": (tiny_distilbert, tokens(7, 12, 20)),
+}
+
+
+@pytest.mark.parametrize("name", list(INFERENCE_CASES))
+def test_frozen_inference_like_float64_cpu(name, counters):
+    """Frozen (BatchNorm folded, weights constant) at three batch sizes or
+    lengths, all from one template: as close to float64 as eager float32."""
+    build, calls = INFERENCE_CASES[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    exact = build().eval()
+    exact.load_state_dict(model.state_dict())
+    exact.double()
+    torch._dynamo.reset()
+    compiled = torch_disc.compile(model, freeze=True, dynamic=True)
+    logits = lambda out: getattr(out, "logits", out)  # noqa: E731
+    with torch.no_grad():
+        for inputs in calls:
+            want = logits(exact(*[x.double() if x.is_floating_point() else x for x in inputs]))
+            scale = want.abs().max().item()
+            disc_err = (logits(compiled(*inputs)) - want).abs().max().item() / scale
+            eager_err = (logits(model(*inputs)) - want).abs().max().item() / scale
+            assert disc_err <= max(FACTOR * eager_err, FLOOR), (disc_err, eager_err)
+    c = counters()
+    n = {k: v for k, v in c.items() if k.startswith("compiled.")}
+    assert n["compiled.templates"] == 1 and n["compiled.template_calls"] == 3, n
+    assert c.get("fallbacks", 0) == 0
