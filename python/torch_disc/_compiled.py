@@ -17,18 +17,18 @@ Where the tie is not certain, a call is traced again and checked:
   at a call's sizes (a batch of 4 and 4 heads were equal where traced), the
   call is traced and the traced sizes tell them apart;
 - a call that changes a size symbol no traced call has changed is traced
-  once more and compared with the template's copy (``compiled.verified``):
+  once more and compared with the template's copy (``compiled.checked``):
   a size the FX graph's expressions do not predict (one traced as a
   constant) is caught there, and the graph is traced at every call from
-  then on (``compiled.mismatches``, warned once);
+  then on (``compiled.untemplated.mismatch``, warned once);
 - a graph that syncs while traced (an op on the CPU fallback) is traced at
   every call (``compiled.untemplated.<reason>``);
 - a graph disc fails to trace runs on the CPU as it is, warned once
   (``compiled.eager_calls``): compiling never breaks a program that runs
   eagerly.
 
-Counters: ``compiled.template_calls`` (calls that traced nothing),
-``compiled.traced_calls``.
+Counters: ``compiled.templates``, ``compiled.template_calls`` (calls that
+traced nothing), ``compiled.traced_calls``.
 """
 import itertools
 import threading
@@ -166,19 +166,19 @@ def _dim_candidates(graph, probes, symbols: _SymbolMap, env) -> List[Optional[Se
 
 
 def _monomials(value: int, env: Dict[sympy.Symbol, int], degree: int = 3) -> Set[sympy.Expr]:
-    """Every c * s1^a1 * s2^a2 ... (exponents up to ``degree``, c a positive
-    integer) equal to ``value`` at ``env``: what a size the capture made
-    inside an op may be (an embedding's rows, batch * length; a flattened
-    score matrix, batch * heads * length^2), to be told apart by the sizes
-    of later traced calls."""
+    """Every c * s1^a1 * s2^a2 ... (total degree up to ``degree``, c a
+    positive integer) equal to ``value`` at ``env``: what a size the capture
+    made inside an op may be (an embedding's rows, batch * length; a
+    flattened score matrix, batch * heads * length^2), to be told apart by
+    the sizes of later traced calls."""
     found = set()
-    symbols = list(env)
-    for powers in itertools.product(range(degree + 1), repeat=len(symbols)):
-        base = 1
-        for s, a in zip(symbols, powers):
-            base *= env[s] ** a
-        if base and value % base == 0:
-            found.add(sympy.expand(value // base * sympy.Mul(*(s ** a for s, a in zip(symbols, powers)))))
+    for d in range(degree + 1):
+        for factors in itertools.combinations_with_replacement(list(env), d):
+            base = 1
+            for s in factors:
+                base *= env[s]
+            if base and value % base == 0:
+                found.add(sympy.expand(value // base * sympy.Mul(*factors)))
     return found
 
 
@@ -289,8 +289,8 @@ class CompiledGraph:
         self._int_outputs = None
         if ints and all(self.symbols.bound(_expr(v)) for v in ints):
             self._int_outputs = self.symbols.function([_expr(v) for v in ints])
-        elif ints:
-            self.untemplated = "unbound_int_output"
+        elif ints:  # an int output no input size gives: traced per call
+            self._give_up("unbound_int_output")
 
     @staticmethod
     def _is_tensor_output(o) -> bool:
