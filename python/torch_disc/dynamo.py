@@ -19,6 +19,7 @@ around them, as the same code run eagerly would.
 become constants of the graph (see :mod:`torch_disc._freeze`).
 """
 import functools
+import warnings
 from typing import Callable, Collection, List, Optional
 
 import torch
@@ -54,8 +55,19 @@ def backend(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],
     if _on_disc(example_inputs):
         return gm.forward  # disc tensors in: the graph traces as eager code would
     compiler = _compiler(frozen_ids or ())
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        keep_inference_input_mutations=False)(gm, example_inputs)
+    from torch._dynamo.exc import RestartAnalysis
+    try:
+        return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                            keep_inference_input_mutations=False)(gm, example_inputs)
+    except RestartAnalysis:
+        raise  # Dynamo's own control flow: it analyses the frame again
+    except Exception as e:  # noqa: BLE001 - the graph still runs, as it is
+        # AOTAutograd could not trace it: the captured graph runs eagerly,
+        # said and counted; compiling never breaks a program that runs.
+        warnings.warn(f"disc: AOTAutograd failed on a captured graph, which runs eagerly: "
+                      f"{type(e).__name__}: {e}")
+        torch_disc._C.bump("compiled.aot_failures")
+        return gm.forward
 
 
 def disc(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:

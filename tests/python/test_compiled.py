@@ -274,3 +274,57 @@ def test_batch_norm_in_inference_leaves_its_statistics_alone():
     bn = torch.nn.BatchNorm2d(3).eval().to("disc")
     bn(torch.randn(2, 3, 4, 4).to("disc")).cpu()
     assert not torch_disc._C.is_pending(bn.running_mean) and not torch_disc._C.is_pending(bn.running_var)
+
+
+def test_automatic_dynamic_shapes_compile_once(counters):
+    """Without dynamic=True Dynamo compiles the first size statically and
+    recompiles with symbolic sizes at the second (unless what it saw of
+    earlier code made it dynamic at once): one or two graphs, each from a
+    template, and one disc compile (same structure and size pattern)."""
+    class Net(torch.nn.Module):  # code of its own: Dynamo has seen no size of it
+        def __init__(self):
+            super().__init__()
+            self.body = mlp()
+
+        def forward(self, x):
+            return self.body(x)
+
+    torch_disc._C.clear_compile_cache()
+    model = Net()
+    compiled = torch.compile(model, backend="disc")
+    with torch.no_grad():
+        for batch in (8, 5, 13, 21, 6):
+            x = torch.randn(batch, 20)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    n = compiled_counts(counters)
+    assert n["templates"] in (1, 2) and n["template_calls"] == 5 and n.get("traced_calls", 0) == 0, n
+    assert counters()["cache_misses"] == 1
+
+
+def test_aot_failure_runs_the_graph_eagerly(counters, monkeypatch):
+    import torch._dynamo.backends.common as common
+
+    def failing(**kwargs):
+        def compile_graph(gm, example_inputs):
+            raise RuntimeError("AOT says no")
+        return compile_graph
+
+    monkeypatch.setattr(common, "aot_autograd", failing)
+    model = mlp()
+    compiled = torch.compile(model, backend="disc")
+    x = torch.randn(4, 20)
+    with torch.no_grad(), pytest.warns(UserWarning, match="AOTAutograd failed .* AOT says no"):
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counters()["compiled.aot_failures"] == 1
+
+
+def test_dynamo_restarts_pass_through_the_backend(counters):
+    """AOTAutograd asks Dynamo to analyse a frame again by raising (a float
+    scalar made a tensor): that is no failure, and BERT compiles on disc."""
+    model = tiny_bert().eval()
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    ids, mask = batch(2, 12, 0)
+    with torch.no_grad():
+        compiled(input_ids=ids, attention_mask=mask)
+    c = counters()
+    assert c.get("compiled.aot_failures", 0) == 0 and c["compiled.templates"] == 1
