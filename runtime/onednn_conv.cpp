@@ -47,7 +47,7 @@ struct Key {
             s.kernel_h, s.kernel_w, s.out_h, s.out_w, s.groups, s.stride[0], s.stride[1],
             s.padding[0], s.padding[1], s.dilation[0], s.dilation[1],
             static_cast<int64_t>(layout.act), static_cast<int64_t>(layout.placement),
-            static_cast<int64_t>(layout.type), bias, relu};
+            static_cast<int64_t>(layout.type), layout.threads, bias, relu};
   }
 };
 

@@ -37,11 +37,14 @@ struct ConvShape {
 
 enum class ConvType : uint8_t { kFloat32, kBFloat16 };
 
-// How the buffers are laid out, and their element type.
+// How the buffers are laid out, their element type, and the caller's
+// thread count (torch's): a primitive fixes its parallelism when it is
+// made, so the count is part of its key, as for GEMMs.
 struct ConvLayout {
   ActLayout act = ActLayout::kNchw;
   ConvPlacement placement = ConvPlacement::kUser;
   ConvType type = ConvType::kFloat32;
+  int threads = 1;
 };
 
 struct ConvForward {

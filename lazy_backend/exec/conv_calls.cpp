@@ -106,8 +106,9 @@ runtime::ConvLayout layout(bool nhwc, const at::Tensor& weight) {
   const runtime::ConvType type = weight.scalar_type() == at::kBFloat16
                                      ? runtime::ConvType::kBFloat16
                                      : runtime::ConvType::kFloat32;
-  return nhwc ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser, type}
-              : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest, type};
+  const int threads = at::get_num_threads();
+  return nhwc ? runtime::ConvLayout{ActLayout::kNhwc, ConvPlacement::kUser, type, threads}
+              : runtime::ConvLayout{ActLayout::kNchw, ConvPlacement::kBest, type, threads};
 }
 
 at::Tensor forward(const ir::Node& n, std::vector<at::Tensor>& ins, bool relu, bool nhwc,
