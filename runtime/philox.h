@@ -1,0 +1,23 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+// 3", SC 2011): a counter-based generator. Any block of four 32-bit random
+// words is a function of (key, counter) alone, so threads draw disjoint
+// parts of one stream with no shared state, and a node's random numbers
+// depend only on its seed: the same on every executor and thread count.
+#pragma once
+#include <array>
+#include <cstdint>
+
+namespace disc::runtime {
+
+using PhiloxBlock = std::array<uint32_t, 4>;
+
+PhiloxBlock philox4x32(PhiloxBlock counter, std::array<uint32_t, 2> key);
+
+// Dropout of elements [begin, end) of a float32 stream keyed by `seed`:
+// element i keeps with probability `keep` by word i % 4 of block i / 4
+// (its top 24 bits as a uniform in [0, 1)), mask[i] says so, and
+// y[i] = keep ? x[i] * scale : 0. `x` may be null: then only the mask.
+void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t end, const float* x,
+                 float* y, bool* mask);
+
+}  // namespace disc::runtime
