@@ -45,6 +45,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from benchmarks import cli  # noqa: E402
+from examples.bert.infer import Classifier  # noqa: E402
 
 WORKLOADS = ("minilm", "resnet18-b1", "resnet18-b8", "gpt2-decode")
 BACKENDS = ("eager", "inductor", "disc-lazy", "disc-compiled", "disc-exported")
@@ -67,21 +68,12 @@ def parse_args(argv=None):
 
 # ---------------------------------------------------------------- workloads
 
-class Classify(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-
-
 def minilm(args):
     import transformers
     config = transformers.BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6,
                                      num_attention_heads=12, intermediate_size=1536, num_labels=6)
     torch.manual_seed(0)
-    model = Classify(transformers.BertForSequenceClassification(config)).eval()
+    model = Classifier(transformers.BertForSequenceClassification(config)).eval()
     lo, hi = map(int, args.lengths.split(","))
     rng = random.Random(0)
     batches = []

@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from examples.bert.data import DEFAULT_WORDNET_DIR, load_wordnet  # noqa: E402
-from examples.bert.finetune import ModelError, check_model_dir, packaged_model_dir  # noqa: E402
+from examples.bert.finetune import ModelError, check_model_dir, collate, packaged_model_dir  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -106,13 +106,8 @@ def batches(tokenizer, texts, args):
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), args.batch_size):
         idx = order[start:start + args.batch_size]
-        longest = max(len(encoded[i]) for i in idx)
-        ids = torch.zeros(len(idx), longest, dtype=torch.long)
-        mask = torch.zeros(len(idx), longest, dtype=torch.long)
-        for row, i in enumerate(idx):
-            ids[row, :len(encoded[i])] = torch.tensor(encoded[i])
-            mask[row, :len(encoded[i])] = 1
-        yield idx, ids, mask
+        batch = collate([encoded[i] for i in idx], [0] * len(idx), tokenizer.pad_token_id)
+        yield idx, batch["input_ids"], batch["attention_mask"]
 
 
 def serving_model(model, args):

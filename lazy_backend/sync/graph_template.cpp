@@ -60,6 +60,14 @@ std::string sizes_text(c10::IntArrayRef s) {
   return os.str();
 }
 
+// A node's runtime scalars but the (seed, offset) of a random op, which
+// each run draws anew.
+std::vector<ir::Attr> runtime_scalars(const ir::Node& n) {
+  std::vector<ir::Attr> scalars = n.runtime;
+  if (n.rng_runtime >= 0) scalars.erase(scalars.begin() + n.rng_runtime, scalars.begin() + n.rng_runtime + 2);
+  return scalars;
+}
+
 // The first node where graph `a` (traced) and `b` (the template's copy)
 // differ, said for a person.
 std::string structure_difference(const ir::Graph& a, const ir::Graph& b) {
@@ -95,9 +103,10 @@ std::shared_ptr<GraphTemplate> GraphTemplate::make(const std::vector<at::Tensor>
     }
     input_of.emplace(v.node.get(), static_cast<int32_t>(k));
   }
-  for (const at::Tensor& o : outputs) t->roots_.push_back(read_value(o));
-  t->graph_ = ir::build_graph(t->roots_);
-  t->nodes_ = owned_nodes(t->graph_, t->roots_);
+  std::vector<ir::Value> roots;
+  for (const at::Tensor& o : outputs) roots.push_back(read_value(o));
+  t->graph_ = ir::build_graph(roots);
+  t->nodes_ = owned_nodes(t->graph_, roots);
   for (const ir::GraphNode& gn : t->graph_.nodes) {
     if (gn.param < 0) continue;
     auto it = input_of.find(gn.node);
@@ -254,12 +263,7 @@ std::string GraphTemplate::mismatch(const std::vector<at::Tensor>& outputs,
   }
   for (size_t i = 0; i < traced.nodes.size(); ++i) {
     const ir::Node& a = *traced.nodes[i].node;
-    std::vector<ir::Attr> scalars = a.runtime;  // the seeds of random ops are drawn per call
-    if (a.rng_runtime >= 0) scalars.erase(scalars.begin() + a.rng_runtime, scalars.begin() + a.rng_runtime + 2);
-    std::vector<ir::Attr> mine_scalars = mine.nodes[i].node->runtime;
-    if (a.rng_runtime >= 0)
-      mine_scalars.erase(mine_scalars.begin() + a.rng_runtime, mine_scalars.begin() + a.rng_runtime + 2);
-    if (!(scalars == mine_scalars))
+    if (!(runtime_scalars(a) == runtime_scalars(*mine.nodes[i].node)))
       return "the runtime scalars of %" + std::to_string(i) + " (" + ir::op_name(a.op) + ") differ";
     if (traced.nodes[i].param < 0) continue;
     const int32_t in = param_input_[traced.nodes[i].param];

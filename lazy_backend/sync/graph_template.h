@@ -68,9 +68,8 @@ class GraphTemplate {
                         std::vector<ir::NodePtr>& keep, bool draw) const;
   std::vector<int64_t> dims_at(const std::vector<int64_t>& values) const;
 
-  std::vector<ir::Value> roots_;  // keeps the traced nodes alive
   ir::Graph graph_;
-  std::vector<ir::NodePtr> nodes_;     // graph_.nodes, owned
+  std::vector<ir::NodePtr> nodes_;     // graph_.nodes, owned: keeps them alive
   std::vector<int32_t> param_input_;  // per graph parameter: its input, or -1 (a constant)
   std::vector<int32_t> sources_;      // per dim: see set_sources
 };

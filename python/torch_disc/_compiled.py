@@ -52,6 +52,12 @@ def _expr(size) -> sympy.Expr:
     return sympy.expand(size.node.expr) if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
 
 
+def _output_kind(o) -> str:
+    if not isinstance(o, torch.fx.Node):
+        return "constant"
+    return "tensor" if isinstance(o.meta.get("val"), torch.Tensor) else "int"
+
+
 class _Recorder(torch.fx.Interpreter):
     """Runs the FX graph on disc tensors, pairing every disc tensor it makes
     with its node's symbolic value (``meta["val"]``); constants of the
@@ -285,20 +291,15 @@ class CompiledGraph:
         self._frozen_disc: Dict[int, torch.Tensor] = {}
         (out_node,) = [n for n in gm.graph.nodes if n.op == "output"]
         self._outputs = out_node.args[0]
-        ints = [o.meta.get("val") for o in self._outputs if self._is_int_output(o)]
+        # Each output once: a tensor the graph computes, an int (a size),
+        # or a constant of the graph (None, a literal).
+        self._output_kinds = [_output_kind(o) for o in self._outputs]
+        ints = [o.meta.get("val") for o, k in zip(self._outputs, self._output_kinds) if k == "int"]
         self._int_outputs = None
         if ints and all(self.symbols.bound(_expr(v)) for v in ints):
             self._int_outputs = self.symbols.function([_expr(v) for v in ints])
         elif ints:  # an int output no input size gives: traced per call
             self._give_up("unbound_int_output")
-
-    @staticmethod
-    def _is_tensor_output(o) -> bool:
-        return isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
-
-    @classmethod
-    def _is_int_output(cls, o) -> bool:
-        return isinstance(o, torch.fx.Node) and not cls._is_tensor_output(o)
 
     def __call__(self, args: List[Any]) -> List[Any]:
         args = list(args)
@@ -318,8 +319,8 @@ class CompiledGraph:
         inputs = [a.detach() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in self.frozen]
         results = iter(bound.graph.run(values, inputs))
         ints = iter(self._int_outputs(env)) if self._int_outputs else iter(())
-        return [next(results) if self._is_tensor_output(o) else next(ints) if self._is_int_output(o) else o
-                for o in self._outputs]
+        return [next(results) if k == "tensor" else next(ints) if k == "int" else o
+                for o, k in zip(self._outputs, self._output_kinds)]
 
     def _disc_inputs(self, args: Sequence[Any]) -> List[Any]:
         moved = []
@@ -352,7 +353,7 @@ class CompiledGraph:
             self._give_up("synced_while_traced")
         self._forget_written_constants(args)
         if self.untemplated is None:
-            traced = [r for r, o in zip(results, self._outputs) if self._is_tensor_output(o)]
+            traced = [r for r, k in zip(results, self._output_kinds) if k == "tensor"]
             if self.template is None:  # (a traced symbolic size is never 0 or 1)
                 self._make_template(traced, leaves, recorder.probes, env)
             elif self.template.sizes_ok(env):

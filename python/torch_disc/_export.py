@@ -114,13 +114,14 @@ class ExportedModule(torch.nn.Module):
     def __init__(self, ep, record: Dict[str, Any], path: str):
         super().__init__()
         self.path, self.inputs = path, record["inputs"]
-        self._ep = ep
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._user = _user_inputs(ep)
         state = {**ep.state_dict, **ep.constants}
         self._weights = [state[s.target] for s in ep.graph_signature.input_specs
                          if s.kind != torch.export.graph_signature.InputKind.USER_INPUT]
-        self._ranges = {sym: r for sym, r in ep.range_constraints.items()}
+        self._ranges = ep.range_constraints
+        self._user_outputs = sum(s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT
+                                 for s in ep.graph_signature.output_specs)
         self._graph = FrozenGraph(ep.graph_module, {id(w) for w in self._weights})
 
     def forward(self, *args, **kwargs):
@@ -131,9 +132,7 @@ class ExportedModule(torch.nn.Module):
         flat = [a.cpu() if isinstance(a, torch.Tensor) and a.device.type != "cpu" else a for a in flat]
         self._check(flat)
         out = self._graph([*self._weights, *flat])
-        user_outputs = len([s for s in self._ep.graph_signature.output_specs
-                            if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT])
-        return pytree.tree_unflatten(list(out[len(out) - user_outputs:]), self._out_spec)
+        return pytree.tree_unflatten(list(out[len(out) - self._user_outputs:]), self._out_spec)
 
     def _check(self, flat: Sequence[Any]) -> None:
         """Inputs against the exported specs: rank, dtype, and each dim
