@@ -1,6 +1,7 @@
 // Philox4x32-10 against the known-answer vectors of its authors (Random123's
-// kat_vectors), and dropout_f32: its keep rate, scaling, and that any split
-// of a stream draws the same numbers.
+// kat_vectors), and dropout_f32: each element drawn from the word philox.h
+// names (the vector code against the one-block function), its keep rate,
+// scaling, and that any split of a stream draws the same numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,28 @@ TEST(Philox, KnownAnswers) {
             (PhiloxBlock{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
+TEST(Philox, DropoutDrawsEachElementFromItsWord) {
+  const uint64_t seed = 0x0123456789abcdefULL;
+  const std::array<uint32_t, 2> key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  const int64_t begin = 5, end = 300;  // partial groups of 64 at both ends
+  std::vector<float> x(end, 0.0f), y(end, -1.0f);
+  std::vector<char> mask(end, 2);
+  for (int64_t i = begin; i < end; ++i) x[i] = static_cast<float>(i % 97) - 40.0f;
+  dropout_f32(seed, 0.6f, 2.5f, begin, end, x.data(), y.data(), reinterpret_cast<bool*>(mask.data()));
+  for (int64_t i = 0; i < end; ++i) {
+    if (i < begin) {
+      ASSERT_EQ(mask[i], 2) << "wrote before begin at " << i;
+      continue;
+    }
+    const uint64_t block = static_cast<uint64_t>(i / 64) * 16 + static_cast<uint64_t>(i % 16);
+    const PhiloxBlock r =
+        philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0}, key);
+    const bool kept = static_cast<float>(r[(i / 16) % 4] >> 8) / 16777216.0f < 0.6f;
+    ASSERT_EQ(mask[i] != 0, kept) << "element " << i;
+    ASSERT_EQ(y[i], kept ? x[i] * 2.5f : 0.0f) << "element " << i;
+  }
+}
+
 TEST(Philox, DropoutKeepsItsShareAndScales) {
   const int64_t n = 1 << 20;
   std::vector<float> x(n, 2.0f), y(n);
@@ -35,10 +58,10 @@ TEST(Philox, DropoutKeepsItsShareAndScales) {
 }
 
 TEST(Philox, AnySplitOfAStreamDrawsTheSame) {
-  const int64_t n = 1001;  // not a multiple of 4: the last block is partial
+  const int64_t n = 1001;  // not a multiple of 64: the last group is partial
   std::vector<char> whole(n), parts(n);
   dropout_f32(7, 0.5f, 2.0f, 0, n, nullptr, nullptr, reinterpret_cast<bool*>(whole.data()));
-  for (int64_t begin : {0, 3, 500, 997}) {
+  for (int64_t begin : {0, 3, 500, 997}) {  // splits inside groups
     const int64_t end = begin == 0 ? 3 : begin == 3 ? 500 : begin == 500 ? 997 : n;
     dropout_f32(7, 0.5f, 2.0f, begin, end, nullptr, nullptr, reinterpret_cast<bool*>(parts.data()));
   }
