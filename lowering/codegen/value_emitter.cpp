@@ -14,6 +14,7 @@ const char* memref_elem(ir::DType t) {
     case ir::DType::kInt64: return "i64";
     case ir::DType::kInt32: return "i32";
     case ir::DType::kBFloat16: return "i16";
+    case ir::DType::kBool: return "i8";  // 0 or 1, as torch stores them
     default: return nullptr;
   }
 }
@@ -162,6 +163,10 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
     case Op::kMulOut: return binary("arith.mulf", in.at(0), in.at(1));
     case Op::kMulScalar:
     case Op::kMulScalarInplace: return binary("arith.mulf", in.at(0), scalar_operand(op, 1));
+    case Op::kNativeDropoutBackward: {  // grad * mask * scale, as ATen
+      std::string scale = scalar_operand(op, 2);
+      return binary("arith.mulf", binary("arith.mulf", in.at(0), in.at(1)), scale);
+    }
     case Op::kAddScalar: {  // self + alpha * other, other a Scalar
       std::string b = scalar_operand(op, 1);
       if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);

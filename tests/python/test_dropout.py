@@ -47,3 +47,52 @@ def test_channels_last_input_keeps_its_layout_and_backward_uses_the_mask():
     kept = out != 0
     torch.testing.assert_close(out[kept], (x.detach() * 2)[kept])
     torch.testing.assert_close(grad, kept.float() * 2)
+
+
+def profiled_labels(fn, runs=3):
+    """Calls of each profiled step label over `runs` calls of fn (synced)."""
+    with torch_disc.options.override(DISC_PROFILE=True):
+        torch_disc.metrics.reset()
+        for _ in range(runs):
+            out = fn()
+            torch_disc.sync()
+        c = torch_disc.metrics.counters()
+    return out, {k[len("profile."):-len(".calls")]: v for k, v in c.items()
+                 if k.startswith("profile.") and k.endswith(".calls")}
+
+
+def test_dropout_backward_is_generated_with_its_neighbours(executor):
+    # grad * mask * scale, the mask read as bytes: one kernel with the
+    # element-wise ops around it, equal to ATen's to the bit.
+    g = torch.randn(37, 129)
+    mask = torch.rand(37, 129) < 0.8
+    want = torch.ops.aten.native_dropout_backward(g * 2, mask, 1.25) + 1
+    dg, dmask = g.to("disc"), mask.to("disc")
+    got, labels = profiled_labels(
+        lambda: torch.ops.aten.native_dropout_backward(dg * 2, dmask, 1.25) + 1)
+    assert torch.equal(got.cpu(), want)
+    assert labels["fused.loop_kernel"] == 3
+    assert not [label for label in labels if label.startswith("aten.")]
+
+
+def test_attention_dropout_backward_fuses_into_the_softmax_backward(executor):
+    torch.manual_seed(0)
+    s = torch.randn(2, 3, 17, 17, requires_grad=True)
+    v = torch.randn(2, 3, 17, 8)
+
+    def step(scores):
+        probs = F.dropout(scores.softmax(-1), p=0.2, training=True)
+        (probs @ v.to(scores.device)).square().sum().backward()
+        return scores.grad
+
+    def run():
+        torch.manual_seed(3)
+        ds = s.detach().to("disc").requires_grad_()
+        return step(ds)
+
+    got, labels = profiled_labels(run, runs=2)
+    assert "aten.aten::native_dropout_backward" not in labels
+    assert labels["fused.row_kernel"] == 2 * 2  # softmax, and its backward with the dropout's
+    executor("reference")
+    torch_disc._C.clear_compile_cache()
+    torch.testing.assert_close(got.cpu(), run().cpu(), rtol=1e-6, atol=1e-6)
