@@ -9,9 +9,11 @@
 // iterate the same symbolic shape, and the kernel stays under the argument
 // cap. A reduction consumer (kInput, kStitch) also takes a producer read
 // elsewhere, unless that makes a cycle: the kernel stores it for the
-// others. GEMMs and convolutions stay library calls (with the epilogues
+// others. Once every group is formed, a kLoop group whose readers all ended
+// up in one group joins that one too. GEMMs and convolutions stay library calls (with the epilogues
 // library_epilogue gave them); layout and opaque ops stay alone.
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "lowering/codegen/fused_kernel.h"
@@ -46,6 +48,7 @@ class Planner {
       groups_.push_back({kind, {i}});
       for (const ir::GraphRef& r : op.inputs) try_merge(r.node, i);
     }
+    join_producers_of_one_group();
     // Renumber the surviving groups densely, in program order.
     std::vector<int32_t> renumber(groups_.size(), -1);
     for (uint32_t i = 0; i < p_.ops.size(); ++i) {
@@ -93,6 +96,40 @@ class Planner {
     ops.insert(ops.end(), groups_[gp].ops.begin(), groups_[gp].ops.end());
     std::sort(ops.begin(), ops.end());
     groups_[gp].ops.clear();
+  }
+
+  // Merging in program order decides each producer at its first reader: a
+  // producer read by two ops that only later end up in one group (clipping's
+  // `grad.mul_(coef)`, read by AdamW's lerp_ and addcmul_) was left alone.
+  // Now that the groups are whole, a kLoop group whose every reader is in
+  // one other group joins it, until nothing changes.
+  void join_producers_of_one_group() {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (int32_t gp = 0; gp < static_cast<int32_t>(groups_.size()); ++gp) {
+        if (groups_[gp].kind != FusionKind::kLoop || groups_[gp].ops.empty()) continue;
+        const std::optional<int32_t> gc = only_reader_group(gp);
+        if (!gc) continue;
+        // Its last op: for a reduction group, the row op whose input space
+        // the producer must iterate.
+        try_merge(groups_[gp].ops.back(), groups_[*gc].ops.back());
+        changed |= groups_[gp].ops.empty();
+      }
+    }
+  }
+
+  // The one group that reads group `gp`, when every reader of `gp` outside
+  // it is in that group (and there is one).
+  std::optional<int32_t> only_reader_group(int32_t gp) const {
+    std::optional<int32_t> reader;
+    for (uint32_t op : groups_[gp].ops)
+      for (uint32_t u : users_[op]) {
+        const int32_t g = p_.ops[u].group;
+        if (g == gp) continue;
+        if (g < 0 || (reader && *reader != g)) return std::nullopt;
+        reader = g;
+      }
+    return reader;
   }
 
   // Whether group `g` runs after one of `ops`: a walk back over inputs,

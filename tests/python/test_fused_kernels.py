@@ -5,6 +5,7 @@ Random element-wise chains with broadcasting, random ranks and sizes
 must match eager. Chains come from a fixed set of templates, so each kernel
 is compiled once and then reused across shapes (kernels are shape-generic).
 """
+import copy
 import random
 
 import pytest
@@ -102,6 +103,28 @@ def test_adam_updates_run_fused_and_match_eager(optimizer, counters):
     torch.testing.assert_close(model.bias.detach().cpu(), ref.bias.detach(), rtol=1e-5, atol=1e-6)
     assert counters()["launches.fused"] >= 2 * 5  # two parameters, steady-state steps
     assert counters()["fallbacks"] == 0
+
+
+def test_clipped_gradients_scale_inside_the_adamw_kernels(counters):
+    # clip_grad_norm_'s grad.mul_(coef) is read by two of AdamW's ops; it
+    # joins their kernel (fusion-plan) instead of a pass of its own on ATen.
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    model = copy.deepcopy(ref).to("disc")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, ref)]
+    x, y = torch.randn(8, 12), torch.randn(8, 3)
+    with torch_disc.options.override(DISC_PROFILE=True):
+        for _ in range(4):
+            for m, o, xx, yy in ((model, opts[0], x.to("disc"), y.to("disc")), (ref, opts[1], x, y)):
+                o.zero_grad()
+                torch.nn.functional.mse_loss(m(xx), yy).backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 0.05)  # clips: coef < 1
+                o.step()
+        c = counters()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert not any("mul_.Tensor" in k for k in c if k.startswith("profile.aten."))
+    assert c["fallbacks"] == 0
 
 
 @pytest.mark.parametrize("threads", [1, 2])
