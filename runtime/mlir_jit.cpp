@@ -34,6 +34,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -124,6 +125,7 @@ std::string first_function(mlir::ModuleOp module) {
 mlir::LogicalResult approximate_math(mlir::ModuleOp module) {
   mlir::RewritePatternSet patterns(module.getContext());
   mlir::populateMathPolynomialApproximationPatterns(patterns);
+  patterns.add<mlir::math::ErfPolynomialApproximation>(module.getContext());  // GELU
   return mlir::applyPatternsAndFoldGreedily(module, std::move(patterns));
 }
 

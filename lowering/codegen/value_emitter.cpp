@@ -201,6 +201,8 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
       std::string zero = constant(0.0);
       return select(cmp("ugt", in.at(0), zero), in.at(0), zero);
     }
+    case Op::kGelu: return gelu(op, in.at(0));
+    case Op::kGeluBackward: return gelu_backward(op, in.at(0), in.at(1));
     case Op::kThresholdBackward: {  // grad where self > threshold, else 0
       // Named first: argument order is unspecified, and the kernel text
       // (a cache key) must not depend on the compiler.
@@ -211,6 +213,61 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
   }
   throw std::logic_error("an op without codegen (ops.def) reached the emitter: " +
                          ir::op_name(p_.ops[op].node->op));
+}
+
+// GELU as ATen's vectorized CPU kernel writes it: exact (erf, MLIR's
+// polynomial) or approximate="tanh".
+bool ValueEmitter::gelu_is_tanh(uint32_t op, size_t operand) const {
+  const ir::Attr* a = p_.ops[op].node->attr_operand(operand);
+  if (!a || a->kind != ir::Attr::Kind::kString || (a->s != "none" && a->s != "tanh"))
+    throw std::logic_error("gelu: approximate is neither 'none' nor 'tanh'");
+  return a->s == "tanh";
+}
+
+namespace {
+constexpr double kSqrtHalf = 0.70710678118654752440;     // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kKappa = 0.044715;
+}  // namespace
+
+// tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
+std::string ValueEmitter::gelu_tanh_inner(const std::string& x) {
+  std::string cube = binary("arith.mulf", binary("arith.mulf", x, x), x);
+  std::string inner = binary("arith.addf", x, binary("arith.mulf", constant(kKappa), cube));
+  return unary("math.tanh", binary("arith.mulf", constant(kSqrt2OverPi), inner));
+}
+
+// x * 0.5 * (1 + erf(x / sqrt(2))), or with tanh(...) for the erf.
+std::string ValueEmitter::gelu(uint32_t op, const std::string& x) {
+  std::string t = gelu_is_tanh(op, 1)
+                      ? gelu_tanh_inner(x)
+                      : unary("math.erf", binary("arith.mulf", x, constant(kSqrtHalf)));
+  return binary("arith.mulf", binary("arith.mulf", x, constant(0.5)),
+                binary("arith.addf", constant(1.0), t));
+}
+
+// dy * (cdf(x) + x * pdf(x)); for tanh, dy * (0.5 (1 + t) + 0.5 x (1 - t^2)
+// sqrt(2 / pi) (1 + 3 * 0.044715 x^2)).
+std::string ValueEmitter::gelu_backward(uint32_t op, const std::string& dy, const std::string& x) {
+  if (gelu_is_tanh(op, 2)) {
+    std::string t = gelu_tanh_inner(x);
+    std::string left_d = binary("arith.mulf", constant(0.5), binary("arith.addf", constant(1.0), t));
+    std::string tanh_d = binary("arith.subf", constant(1.0), binary("arith.mulf", t, t));
+    std::string inner_d = binary(
+        "arith.mulf", constant(kSqrt2OverPi),
+        binary("arith.addf", constant(1.0),
+               binary("arith.mulf", constant(3.0 * kKappa), binary("arith.mulf", x, x))));
+    std::string right_d = binary("arith.mulf", binary("arith.mulf", binary("arith.mulf", constant(0.5), x), tanh_d),
+                                 inner_d);
+    return binary("arith.mulf", dy, binary("arith.addf", left_d, right_d));
+  }
+  std::string cdf = binary(
+      "arith.mulf", constant(0.5),
+      binary("arith.addf", constant(1.0), unary("math.erf", binary("arith.mulf", x, constant(kSqrtHalf)))));
+  std::string pdf = binary("arith.mulf", constant(kInvSqrt2Pi),
+                           exp(binary("arith.mulf", binary("arith.mulf", x, x), constant(-0.5))));
+  return binary("arith.mulf", dy, binary("arith.addf", cdf, binary("arith.mulf", x, pdf)));
 }
 
 // self +/- alpha * other, alpha left out when it is 1.

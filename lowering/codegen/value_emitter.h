@@ -67,6 +67,10 @@ class ValueEmitter {
   std::string add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string addc(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string lerp(uint32_t op, const std::vector<std::string>& in);
+  bool gelu_is_tanh(uint32_t op, size_t operand) const;
+  std::string gelu_tanh_inner(const std::string& x);
+  std::string gelu(uint32_t op, const std::string& x);
+  std::string gelu_backward(uint32_t op, const std::string& dy, const std::string& x);
 
   const Program& p_;
   std::ostringstream& out_;

@@ -6,7 +6,9 @@
 //   group 2 kInput: %7 %8     -> declined: aten::sum.dim_IntList: reduces ...
 //
 // A lone element-wise op gains nothing from a kernel (ATen's is already
-// vectorized). A group the codegen declines is listed with its reason
+// vectorized), unless its math outweighs its memory traffic: GELU's erf or
+// tanh, which the generated kernel computes at the host's full vector
+// width (ATen's CPU build dispatches AVX2 at most on some CPUs). A group the codegen declines is listed with its reason
 // (counted as codegen.declined, printed by DISC_DEBUG_COMPILE).
 #include "lowering/codegen/fused_kernel.h"
 #include "lowering/passes/passes.h"
@@ -14,7 +16,15 @@
 namespace disc::lowering {
 
 namespace {
+
 constexpr size_t kMinFusedLoopOps = 2;
+
+bool worth_a_kernel(const Program& p, const FusionGroup& g) {
+  if (g.kind != FusionKind::kLoop || g.ops.size() >= kMinFusedLoopOps) return true;
+  const Op op = op_of(p.ops[g.ops.front()].node->op);
+  return op == Op::kGelu || op == Op::kGeluBackward;
+}
+
 }  // namespace
 
 void select_kernels(Program& p) {
@@ -23,7 +33,7 @@ void select_kernels(Program& p) {
   plan.declined.clear();
   plan.kernel_of_group.assign(p.groups.size(), -1);
   for (uint32_t g = 0; g < p.groups.size(); ++g) {
-    if (p.groups[g].kind == FusionKind::kLoop && p.groups[g].ops.size() < kMinFusedLoopOps) continue;
+    if (!worth_a_kernel(p, p.groups[g])) continue;
     std::string why;
     if (std::optional<KernelInterface> k = plan_fused_kernel(p, g, &why)) {
       plan.kernel_of_group[g] = static_cast<int32_t>(plan.kernels.size());

@@ -10,6 +10,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch_disc
 from conftest import counted
 
@@ -125,6 +126,39 @@ def test_clipped_gradients_scale_inside_the_adamw_kernels(counters):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
     assert not any("mul_.Tensor" in k for k in c if k.startswith("profile.aten."))
     assert c["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_its_backward_are_generated_even_alone(approximate):
+    # Between two GEMMs (a transformer's feed-forward block) GELU and its
+    # backward have no element-wise neighbours; their erf / tanh math still
+    # earns them a kernel each. Against float64: as close as eager's float32.
+    torch.manual_seed(0)
+    x = torch.randn(64, 300) * 3
+    dy = torch.randn(64, 300)
+    x64 = x.double().requires_grad_()
+    y64 = F.gelu(x64, approximate=approximate)
+    (g64,) = torch.autograd.grad(y64, x64, dy.double())
+    x32 = x.clone().requires_grad_()
+    eager = F.gelu(x32, approximate=approximate)
+    (eager_g,) = torch.autograd.grad(eager, x32, dy)
+
+    def run():
+        xd = x.to("disc").requires_grad_()
+        y = F.gelu(xd, approximate=approximate)
+        (g,) = torch.autograd.grad(y, xd, dy.to("disc"))
+        return y, g
+
+    with torch_disc.options.override(DISC_PROFILE=True):
+        torch_disc.metrics.reset()
+        y, g = [t.cpu() for t in run()]
+        c = torch_disc.metrics.counters()
+    assert c["profile.fused.loop_kernel.calls"] == 2
+    assert not any(k.startswith("profile.aten.aten::gelu") for k in c)
+    for got, ref, ours in ((y, y64, eager), (g, g64, eager_g)):
+        err = (got.double() - ref).abs().max().item()
+        eager_err = (ours.double() - ref).abs().max().item()
+        assert err <= 4 * eager_err + 1e-6, (err, eager_err)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
