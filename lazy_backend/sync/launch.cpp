@@ -5,6 +5,7 @@
 #include <atomic>
 #include <deque>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/failures.h"
@@ -269,6 +270,62 @@ void settle_for_reader() { settle(); }
 const bool settler_installed = (set_future_settler(&settle_for_reader), true);
 
 }  // namespace
+
+namespace {
+
+constexpr size_t kMaxOpsReadAlone = 16;
+constexpr int64_t kMaxElementsReadAlone = int64_t{1} << 16;
+
+// Whether graph `g` may run on its own, now, on the reading thread: a few
+// ops on small tensors (computing them again in the next sync's graph
+// costs nothing worth counting; a model's forward, read before its
+// backward, is not that), none that writes an input or draws random
+// numbers, all of its inputs delivered and none read by a graph in flight,
+// which may be updating it in place.
+bool computable_alone(const ir::Graph& g) {
+  if (g.num_ops() > kMaxOpsReadAlone) return false;
+  std::unordered_set<const ir::Node*> inputs;
+  for (const ir::GraphNode& n : g.nodes) {
+    for (const ir::TensorType& t : n.node->outputs)
+      if (t.numel() > kMaxElementsReadAlone) return false;
+    if (n.param >= 0) {
+      const TensorData* d = payload_of(*n.node);
+      if (!d || !d->ready()) return false;
+      inputs.insert(n.node);
+    } else if (!n.node->mutated.empty() || n.node->rng_runtime >= 0) {
+      return false;
+    }
+  }
+  for (const auto& l : in_flight())
+    for (uint32_t i : l->graph.params)
+      if (inputs.count(l->graph.nodes[i].node)) return false;
+  return true;
+}
+
+// Whether a live buffer other than `s` has a pending value: if none, a
+// sync computes the same graph as reading `s` alone would.
+bool other_work_pending(const LazyStorage& s) {
+  for (LazyStorage* o : live_storages())
+    if (o != &s && o->pending()) return true;
+  return false;
+}
+
+}  // namespace
+
+bool read_alone(LazyStorage& s, const std::string& cause) {
+  TraceLock lock;
+  if (!s.pending() || !other_work_pending(s)) return false;
+  if (!computable_alone(ir::build_graph({s.value()}))) return false;
+  at::Tensor value;
+  try {
+    value = run_now({s.value()}).front();
+  } catch (...) {
+    return false;  // the sync fails as it would have, and recovers the step
+  }
+  s.bind(make_data(std::move(value)));
+  metrics::bump("read_alone." + cause);
+  return true;
+}
 
 // Hands the pending graph over: its results become future data leaves,
 // bound at once, and the graph runs on the worker or, with DISC_ASYNC=0,

@@ -5,6 +5,7 @@
 #pragma once
 #include <exception>
 #include <memory>
+#include <string>
 
 #include "lazy_backend/exec/executor.h"
 #include "lazy_backend/sync/pending.h"
@@ -14,6 +15,16 @@ namespace disc {
 // Hands the pending graph over (recovering it at once when it runs inline
 // and fails).
 void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe);
+
+// Reads `s` without a sync when a few pure ops compute it from inputs that
+// are there (transformers' `attention_mask.all()` before the forward): they
+// run now on this thread, `s` gets the value, and the rest of the pending
+// trace stays as it is -- one graph later -- instead of the reader waiting
+// behind the graphs in flight for everything traced so far. False, nothing
+// done, when `s` does not qualify or nothing else is pending (a sync does
+// the same then), or when running it fails: the sync then fails as it
+// would have, with its recovery. Counted as `read_alone.<cause>`.
+bool read_alone(LazyStorage& s, const std::string& cause);
 
 // Whether a launch handed over before the newest one failed; forgets those
 // that succeeded. Waits until the worker has room (at most the newest runs).

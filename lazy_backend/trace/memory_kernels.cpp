@@ -7,6 +7,7 @@
 
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/capture.h"
 #include "lazy_backend/trace/lazy_storage.h"
@@ -71,7 +72,7 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   }
   // A read raises the failure of the graph that computed this tensor, and
   // no other: a failed step's error waits for the next sync (sync.h).
-  if (pending) sync(cause, Owed::kKeep);
+  if (pending && !read_alone(s, cause)) sync(cause, Owed::kKeep);
   wait_for_value(s);
   TraceLock lock;
   metrics::counters().transfers_to_cpu++;

@@ -59,8 +59,8 @@ def relative_gap(a, b):
 # cache key holds the size pattern, not the sizes: a new length compiles
 # nothing.
 #  * mask "2d" (the example's default): transformers calls padding_mask.all()
-#    in every forward, a sync that runs the inputs' transfer and the
-#    embeddings as a small graph of their own (1); the rest of the step is one
+#    in every forward, a read of a few ops on the mask that runs alone
+#    (read_alone), a small graph of its own (1); the rest of the step is one
 #    graph whose first run also creates the AdamW state (1), then one
 #    steady-state graph (1): 3.
 #  * mask "4d": no mid-forward sync, one graph per step: state creation (1),
@@ -78,6 +78,9 @@ def test_tiny_bert_matches_cpu_step_by_step(mask, counters):
     c = counters()
     assert c["fallbacks"] == 0, torch_disc.metrics.fallbacks()
     assert c["compiles"] == EXPECTED_COMPILES[mask], c
+    # One graph a step: the optimizer step's; the mask check never syncs.
+    assert c["graphs_run"] == len(STEP_LENGTHS), c
+    assert c.get("read_alone.item", 0) == (len(STEP_LENGTHS) if mask == "2d" else 0)
 
 
 def test_tiny_bert_under_bf16_autocast_tracks_cpu_autocast(counters):

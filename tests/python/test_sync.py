@@ -2,6 +2,9 @@
 
 Counters are the oracle: graphs run per step, syncs by cause, compiles.
 """
+import copy
+
+import pytest
 import torch
 import torch.nn.functional as F
 import torch_disc
@@ -248,3 +251,60 @@ def test_sliced_buffer_reuses_one_graph_for_every_length(counters):
         opt.step()
         opt.zero_grad()
     assert counters()["compiles"] == 1
+
+
+def wide():
+    """A model whose forward is too large to compute twice (read_alone)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 10))
+
+
+def test_a_small_read_runs_alone_and_the_step_stays_one_graph(counters):
+    # transformers reads `attention_mask.all()` in the middle of the forward:
+    # a few ops on a fresh input. They run alone on the reading thread; the
+    # rest of the trace (the loss) stays pending, for one graph later.
+    cpu_model = wide()
+    model = copy.deepcopy(cpu_model).to("disc")
+    x, y = batches(1)[0]
+    loss = F.cross_entropy(model(x.to("disc")), y.to("disc"))
+    mask = torch.ones(4, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    dmask = mask.to("disc")
+    assert not bool((dmask == 1).all())
+    assert int(dmask.sum()) == 26
+    c = counters()
+    assert c["read_alone.item"] == 2
+    assert c["syncs"] == 0 and c["graphs_run"] == 0
+    assert torch_disc._C.is_pending(loss)
+    torch.testing.assert_close(loss.cpu(), F.cross_entropy(cpu_model(x), y))
+    assert counters()["syncs"] == 1
+
+
+def test_reads_that_are_not_small_and_pure_sync(counters):
+    model = wide().to("disc")
+    x, y = batches(1)[0]
+    loss = F.cross_entropy(model(x.to("disc")), y.to("disc"))
+    other = torch.randn(3).to("disc") * 2  # pending
+    assert loss.item() > 0  # a forward over [256, 784] weights: too large to run twice
+    assert counters()["sync.item"] == 1
+    small = torch.ones(3).to("disc")
+    small.add_(1)  # writes a buffer in place
+    pending = other + 1
+    assert small.sum().item() == 6.0  # reads work that writes a buffer: a sync
+    assert counters()["sync.item"] == 2 and counters().get("read_alone.item", 0) == 0
+    assert torch_disc._C.is_pending(pending) is False
+
+
+def test_a_read_alone_that_fails_syncs_and_fails_as_before(counters):
+    # An index out of range shows only in the data: the small graph fails,
+    # and the read then syncs, raising the error the sync always raised.
+    table = torch.randn(5, 3).to("disc")
+    idx = torch.tensor([1, 7]).to("disc")
+    b = torch.randn(40, 40)
+    other = b.to("disc") + 1  # other work pending
+    bad = table.index_select(0, idx).sum()
+    with pytest.raises(Exception, match="index"):
+        bad.item()
+    assert counters()["sync.item"] == 1 and counters().get("read_alone.item", 0) == 0
+    torch.testing.assert_close(other.cpu(), b + 1)  # an independent part: its value
