@@ -26,6 +26,7 @@ using U32x16 = uint32_t __attribute__((vector_size(64)));
 using U64x8 = uint64_t __attribute__((vector_size(64)));
 using I32x16 = int32_t __attribute__((vector_size(64)));
 using F32x16 = float __attribute__((vector_size(64)));
+using U8x16 = uint8_t __attribute__((vector_size(16)));
 
 struct Lanes {
   U32x16 w[4];
@@ -92,7 +93,9 @@ void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t 
           const F32x16 yv = kept ? xv * scale : F32x16{};
           std::memcpy(y + first, &yv, sizeof yv);
         }
-        for (int l = 0; l < 16; ++l) mask[first + l] = kept[l] != 0;
+        // 16 bytes at once: a lane-by-lane store was ~15% of the function.
+        const U8x16 bytes = __builtin_convertvector(kept & 1, U8x16);
+        std::memcpy(mask + first, &bytes, sizeof bytes);
         continue;
       }
       for (int64_t i = lo; i < hi; ++i) {
