@@ -145,11 +145,11 @@ TEST(FusedKernel, LoopKernelOutputsMayTakeTheBuffersOfItsInputs) {
 }
 
 TEST(FusedKernel, AGroupHoldingAnOpWithoutCodegenIsDeclinedByName) {
-  // The planner never groups gelu (no codegen in ops.def); a group made by
+  // The planner never groups silu (no codegen in ops.def); a group made by
   // hand is still declined, naming it, rather than miscompiled.
   GraphBuilder gb;
   auto x = gb.param({4});
-  auto g = gb.op("aten::gelu", {x}, {4}, {ir::Attr{}});
+  auto g = gb.op("aten::silu", {x}, {4});
   auto e = gb.op("aten::exp", {g}, {4});
   Program p = compile(ir::build_graph({e})).program;
   for (const FusionGroup& group : p.groups)
@@ -158,7 +158,7 @@ TEST(FusedKernel, AGroupHoldingAnOpWithoutCodegenIsDeclinedByName) {
   p.ops[1].group = p.ops[2].group = 0;
   std::string why;
   EXPECT_FALSE(emit_fused_kernel(p, 0, &why));
-  EXPECT_NE(why.find("aten::gelu: op has no codegen"), std::string::npos) << why;
+  EXPECT_NE(why.find("aten::silu: op has no codegen"), std::string::npos) << why;
 }
 
 namespace {

@@ -107,13 +107,13 @@ TEST(FusionPlan, MlpForwardKernelCountIsPinned) {
 }
 
 TEST(FusionPlan, AnOpWithoutCodegenJoinsNoGroupAndSplitsTheChainAroundIt) {
-  // mul -> gelu -> add -> relu: gelu has no emitter (ops.def), so it runs
+  // mul -> silu -> add -> relu: silu has no emitter (ops.def), so it runs
   // on ATen between a lone mul and an {add, relu} kernel, instead of the
   // whole chain being planned as one group and then declined.
   GraphBuilder b;
   auto x = b.param({64, 128});
   auto m = b.op("aten::mul.Tensor", {x, x}, {64, 128});
-  auto g = b.op("aten::gelu", {m}, {64, 128}, {ir::Attr{}});
+  auto g = b.op("aten::silu", {m}, {64, 128});
   auto a = b.op("aten::add.Tensor", {g, x}, {64, 128});
   auto r = b.op("aten::relu", {a}, {64, 128});
   Program p = planned({r});
