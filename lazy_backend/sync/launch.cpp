@@ -269,10 +269,6 @@ namespace {
 void settle_for_reader() { settle(); }
 const bool settler_installed = (set_future_settler(&settle_for_reader), true);
 
-}  // namespace
-
-namespace {
-
 constexpr size_t kMaxOpsReadAlone = 16;
 constexpr int64_t kMaxElementsReadAlone = int64_t{1} << 16;
 
@@ -302,27 +298,38 @@ bool computable_alone(const ir::Graph& g) {
   return true;
 }
 
-// Whether a live buffer other than `s` has a pending value: if none, a
-// sync computes the same graph as reading `s` alone would.
-bool other_work_pending(const LazyStorage& s) {
-  for (LazyStorage* o : live_storages())
-    if (o != &s && o->pending()) return true;
-  return false;
-}
-
 }  // namespace
 
 bool read_alone(LazyStorage& s, const std::string& cause) {
   TraceLock lock;
-  if (!s.pending() || !other_work_pending(s)) return false;
-  if (!computable_alone(ir::build_graph({s.value()}))) return false;
-  at::Tensor value;
+  if (!s.pending()) return false;
+  const ir::Graph g = ir::build_graph({s.value()});
+  if (!computable_alone(g)) return false;
+  // Every pending buffer whose value this graph computes anyway (the other
+  // results of a layer norm's backward, the mask a model reads later) gets
+  // it too: read one by one, each would compute the graph again.
+  std::unordered_set<const ir::Node*> computed;
+  for (const ir::GraphNode& n : g.nodes) computed.insert(n.node);
+  std::vector<LazyStorage*> storages{&s};
+  std::vector<ir::Value> roots{s.value()};
+  bool rest_pending = false;
+  for (LazyStorage* o : live_storages()) {
+    if (o == &s || !o->pending()) continue;
+    if (!computed.count(o->value().node.get())) {
+      rest_pending = true;
+      continue;
+    }
+    storages.push_back(o);
+    roots.push_back(o->value());
+  }
+  if (!rest_pending) return false;  // a sync computes the same graph
+  std::vector<at::Tensor> values;
   try {
-    value = run_now({s.value()}).front();
+    values = run_now(roots);
   } catch (...) {
     return false;  // the sync fails as it would have, and recovers the step
   }
-  s.bind(make_data(std::move(value)));
+  for (size_t k = 0; k < storages.size(); ++k) storages[k]->bind(make_data(std::move(values[k])));
   metrics::bump("read_alone." + cause);
   return true;
 }

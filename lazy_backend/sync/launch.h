@@ -18,12 +18,13 @@ void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable>
 
 // Reads `s` without a sync when a few pure ops compute it from inputs that
 // are there (transformers' `attention_mask.all()` before the forward): they
-// run now on this thread, `s` gets the value, and the rest of the pending
-// trace stays as it is -- one graph later -- instead of the reader waiting
-// behind the graphs in flight for everything traced so far. False, nothing
-// done, when `s` does not qualify or nothing else is pending (a sync does
-// the same then), or when running it fails: the sync then fails as it
-// would have, with its recovery. Counted as `read_alone.<cause>`.
+// run now on this thread, `s` and every pending buffer whose value they
+// compute get their values, and the rest of the pending trace stays as it
+// is -- one graph later -- instead of the reader waiting behind the graphs
+// in flight for everything traced so far. False, nothing done, when `s`
+// does not qualify, when nothing else is pending (a sync does the same
+// then), or when running it fails: the sync then fails as it would have,
+// with its recovery. Counted as `read_alone.<cause>`.
 bool read_alone(LazyStorage& s, const std::string& cause);
 
 // Whether a launch handed over before the newest one failed; forgets those
