@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -143,17 +144,18 @@ class CompiledExecutable final : public Executable {
  private:
   // What one run did, counted locally and filed in the metrics once.
   struct RunCounts {
-    int64_t fused = 0, aten = 0, parallel_parts = 0, released = 0;
+    int64_t fused = 0, aten = 0, views = 0, parallel_parts = 0, released = 0;
     int64_t early = 0;  // outputs published before the last step
     bool inputs_overwritten = false;  // see RunFailure
     bool update_fault_checked = false;
     void file() const {
       static metrics::Named launched("kernels_launched"), n_fused("launches.fused"),
-          n_aten("launches.aten"), parts("launches.parallel_parts"),
+          n_aten("launches.aten"), n_views("launches.views"), parts("launches.parallel_parts"),
           n_released("buffers.released_early"), n_early("async.early_outputs");
       launched += fused + aten;
       n_fused += fused;
       n_aten += aten;
+      n_views += views;
       // How many threads shared the launches: pinned by a test, since a
       // build without OpenMP runs every kernel serially and is otherwise
       // only slow.
@@ -220,14 +222,34 @@ class CompiledExecutable final : public Executable {
         if (plan_.layouts.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
         std::vector<bool> in_place;
         if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins, n);
+        const std::vector<const c10::StorageImpl*> read = storages_of(ins);
         values[i] = replay(*replay_ops_[s], *g.nodes[i].node, std::move(ins),
                            in_place.empty() ? nullptr : &in_place);
-        ++n.aten;
+        ++(only_views(*g.nodes[i].node, values[i], read) ? n.views : n.aten);
         break;
       }
     }
     // NHWC from a convolution, read as NCHW next.
     if (!plan_.layouts.to_nchw[i].empty()) make_nchw(values[i], plan_.layouts.to_nchw[i]);
+  }
+
+  static std::vector<const c10::StorageImpl*> storages_of(const std::vector<at::Tensor>& ts) {
+    std::vector<const c10::StorageImpl*> out;
+    for (const at::Tensor& t : ts)
+      if (t.defined() && t.has_storage()) out.push_back(t.storage().unsafeGetStorageImpl());
+    return out;
+  }
+
+  // An op that writes nothing in place and returns only views of what it
+  // read (a transpose, an unsqueeze, a reshape that needed no copy) launched
+  // no kernel: counted as `launches.views`, not in `kernels_launched`.
+  static bool only_views(const ir::Node& node, const std::vector<at::Tensor>& outs,
+                         const std::vector<const c10::StorageImpl*>& read) {
+    if (!node.mutated.empty() || outs.empty()) return false;
+    return std::all_of(outs.begin(), outs.end(), [&](const at::Tensor& t) {
+      return t.defined() && t.has_storage() &&
+             std::find(read.begin(), read.end(), t.storage().unsafeGetStorageImpl()) != read.end();
+    });
   }
 
   std::vector<at::Tensor> inputs_of(uint32_t i, const std::vector<std::vector<at::Tensor>>& values) const {

@@ -63,9 +63,9 @@ def report() -> str:
                       + (" (graph worker, beside tracing)" if _C.is_async() else "")),
         ("reads that waited", "{} ({} results delivered early)".format(
             c.get("async.host_waits", 0), c.get("async.early_outputs", 0))),
-        ("kernels launched", "{} (fused {} / library {} / aten {})".format(
+        ("kernels launched", "{} (fused {} / library {} / aten {}; views {} more)".format(
             c.get("kernels_launched", 0), c.get("launches.fused", 0),
-            c.get("launches.library", 0), c.get("launches.aten", 0))),
+            c.get("launches.library", 0), c.get("launches.aten", 0), c.get("launches.views", 0))),
         ("library calls", "oneDNN {} ({} with epilogue) / aten {}".format(
             c.get("library.onednn", 0), c.get("library.epilogues", 0), c.get("library.aten", 0))),
         ("kernels generated", "{} ({} JIT-compiled, {} from the kernel cache)".format(

@@ -6,6 +6,7 @@ compare the disc base tensor with the CPU base after the same mutations.
 import pytest
 import torch
 import torch_disc
+from conftest import counted
 
 
 def both(values):
@@ -336,3 +337,14 @@ def test_eval_batch_norm_saves_no_statistics_as_on_cpu():
     actual = torch.native_batch_norm(*args("disc"), False, 0.1, 1e-5)
     assert [t.shape for t in actual] == [t.shape for t in expected]  # saved mean, invstd: [0]
     torch.testing.assert_close(actual[0].cpu(), expected[0])
+
+
+def test_views_are_counted_apart_from_kernel_launches():
+    # A transpose and a reshape that needs no copy compute nothing: counted
+    # as launches.views. A reshape of the transpose copies: a launch.
+    x = torch.randn(6, 4)
+    got, c = counted(lambda: x.to("disc").t().reshape(24).unsqueeze(0).reshape(2, 12) * 2)
+    torch.testing.assert_close(got, x.t().reshape(24).unsqueeze(0).reshape(2, 12) * 2)
+    assert c["launches.views"] >= 2  # the transpose, the unsqueeze (and a reshape) at least
+    assert c["kernels_launched"] == c["launches.aten"] + c["launches.fused"] + c.get("launches.library", 0)
+    assert c["launches.aten"] == 2  # the copying reshape, the lone mul
