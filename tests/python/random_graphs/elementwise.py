@@ -12,7 +12,8 @@ class ElementwiseFamilies:
         if not self.is_float(a):
             op = self.rng.choice(["neg", "abs", "relu"])
         else:
-            op = self.rng.choice(["exp", "tanh", "sigmoid", "relu", "neg", "abs", "sqrt", "rsqrt", "log"])
+            op = self.rng.choice(["exp", "tanh", "sigmoid", "relu", "neg", "abs", "sqrt", "rsqrt", "log",
+                                  "gelu"])
         if op == "abs":
             name = self.emit(self.rng.choice([f"torch.abs({a})", f"{a}.abs()"]), [a], exact=v.exact)
             return name
@@ -21,6 +22,9 @@ class ElementwiseFamilies:
         if op in ("sqrt", "rsqrt", "log"):
             x = self.guard_pos(a)
             return self.emit(f"torch.{op}({x})", [a], pos=op != "log")
+        if op == "gelu":
+            approximate = self.rng.choice(["none", "tanh"])
+            return self.emit(f"F.gelu({a}, approximate='{approximate}')", [a])
         form = self.rng.choice([f"torch.{op}({a})", f"{a}.{op}()"])
         if op == "relu" and self.rng.random() < 0.3:
             form = f"F.relu({a})"
@@ -53,9 +57,13 @@ class ElementwiseFamilies:
         if b is None:
             raise _Reject("no partner")
         va, vb = self.vals[a], self.vals[b]
-        op = self.rng.choice(["add", "sub", "mul", "div", "maximum", "add_alpha"])
+        op = self.rng.choice(["add", "sub", "mul", "div", "maximum", "add_alpha", "mask"])
         if self.rng.random() < 0.5 and op != "div":
             a, b, va, vb = b, a, vb, va
+        if op == "mask":  # times a bool tensor: kernels read it as bytes
+            if not self.is_float(a):
+                raise _Reject("a mask multiplies a float")
+            return self.emit(f"{a} * ({b} > 0)", [a, b], pos=va.pos, exact=va.exact)
         if op == "div":
             return self.emit(f"{a} / {self.guard_pos(b)}", [a, b], pos=va.pos)
         if op == "add_alpha":
