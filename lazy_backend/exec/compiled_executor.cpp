@@ -8,8 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <map>

@@ -252,19 +252,19 @@ std::string ValueEmitter::gelu(uint32_t op, const std::string& x) {
 std::string ValueEmitter::gelu_backward(uint32_t op, const std::string& dy, const std::string& x) {
   if (gelu_is_tanh(op, 2)) {
     std::string t = gelu_tanh_inner(x);
-    std::string left_d = binary("arith.mulf", constant(0.5), binary("arith.addf", constant(1.0), t));
+    std::string one_plus_t = binary("arith.addf", constant(1.0), t);
+    std::string left_d = binary("arith.mulf", constant(0.5), one_plus_t);
     std::string tanh_d = binary("arith.subf", constant(1.0), binary("arith.mulf", t, t));
     std::string inner_d = binary(
         "arith.mulf", constant(kSqrt2OverPi),
         binary("arith.addf", constant(1.0),
                binary("arith.mulf", constant(3.0 * kKappa), binary("arith.mulf", x, x))));
-    std::string right_d = binary("arith.mulf", binary("arith.mulf", binary("arith.mulf", constant(0.5), x), tanh_d),
-                                 inner_d);
+    std::string half_x = binary("arith.mulf", constant(0.5), x);
+    std::string right_d = binary("arith.mulf", binary("arith.mulf", half_x, tanh_d), inner_d);
     return binary("arith.mulf", dy, binary("arith.addf", left_d, right_d));
   }
-  std::string cdf = binary(
-      "arith.mulf", constant(0.5),
-      binary("arith.addf", constant(1.0), unary("math.erf", binary("arith.mulf", x, constant(kSqrtHalf)))));
+  std::string erf = unary("math.erf", binary("arith.mulf", x, constant(kSqrtHalf)));
+  std::string cdf = binary("arith.mulf", constant(0.5), binary("arith.addf", constant(1.0), erf));
   std::string pdf = binary("arith.mulf", constant(kInvSqrt2Pi),
                            exp(binary("arith.mulf", binary("arith.mulf", x, x), constant(-0.5))));
   return binary("arith.mulf", dy, binary("arith.addf", cdf, binary("arith.mulf", x, pdf)));

@@ -10,8 +10,9 @@
 // cap. A reduction consumer (kInput, kStitch) also takes a producer read
 // elsewhere, unless that makes a cycle: the kernel stores it for the
 // others. Once every group is formed, a kLoop group whose readers all ended
-// up in one group joins that one too. GEMMs and convolutions stay library calls (with the epilogues
-// library_epilogue gave them); layout and opaque ops stay alone.
+// up in one group joins that one too. GEMMs and convolutions stay library
+// calls (with the epilogues library_epilogue gave them); layout and opaque
+// ops stay alone.
 #include <algorithm>
 #include <optional>
 #include <set>
