@@ -231,43 +231,64 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kKappa = 0.044715;
 }  // namespace
 
+// Each line below emits one op: values are named before use, since the
+// order of a call's arguments is unspecified and the kernel text (a cache
+// key) must not depend on the compiler.
+
 // tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
 std::string ValueEmitter::gelu_tanh_inner(const std::string& x) {
-  std::string cube = binary("arith.mulf", binary("arith.mulf", x, x), x);
-  std::string inner = binary("arith.addf", x, binary("arith.mulf", constant(kKappa), cube));
-  return unary("math.tanh", binary("arith.mulf", constant(kSqrt2OverPi), inner));
+  std::string square = binary("arith.mulf", x, x);
+  std::string cube = binary("arith.mulf", square, x);
+  std::string kappa = constant(kKappa);
+  std::string inner = binary("arith.addf", x, binary("arith.mulf", kappa, cube));
+  std::string beta = constant(kSqrt2OverPi);
+  return unary("math.tanh", binary("arith.mulf", beta, inner));
 }
 
 // x * 0.5 * (1 + erf(x / sqrt(2))), or with tanh(...) for the erf.
 std::string ValueEmitter::gelu(uint32_t op, const std::string& x) {
-  std::string t = gelu_is_tanh(op, 1)
-                      ? gelu_tanh_inner(x)
-                      : unary("math.erf", binary("arith.mulf", x, constant(kSqrtHalf)));
-  return binary("arith.mulf", binary("arith.mulf", x, constant(0.5)),
-                binary("arith.addf", constant(1.0), t));
+  std::string t;
+  if (gelu_is_tanh(op, 1)) {
+    t = gelu_tanh_inner(x);
+  } else {
+    std::string alpha = constant(kSqrtHalf);
+    t = unary("math.erf", binary("arith.mulf", x, alpha));
+  }
+  std::string half = constant(0.5);
+  std::string half_x = binary("arith.mulf", x, half);
+  std::string one = constant(1.0);
+  return binary("arith.mulf", half_x, binary("arith.addf", one, t));
 }
 
 // dy * (cdf(x) + x * pdf(x)); for tanh, dy * (0.5 (1 + t) + 0.5 x (1 - t^2)
 // sqrt(2 / pi) (1 + 3 * 0.044715 x^2)).
 std::string ValueEmitter::gelu_backward(uint32_t op, const std::string& dy, const std::string& x) {
+  std::string one = constant(1.0), half = constant(0.5);
+  std::string derivative;
   if (gelu_is_tanh(op, 2)) {
     std::string t = gelu_tanh_inner(x);
-    std::string one_plus_t = binary("arith.addf", constant(1.0), t);
-    std::string left_d = binary("arith.mulf", constant(0.5), one_plus_t);
-    std::string tanh_d = binary("arith.subf", constant(1.0), binary("arith.mulf", t, t));
-    std::string inner_d = binary(
-        "arith.mulf", constant(kSqrt2OverPi),
-        binary("arith.addf", constant(1.0),
-               binary("arith.mulf", constant(3.0 * kKappa), binary("arith.mulf", x, x))));
-    std::string half_x = binary("arith.mulf", constant(0.5), x);
+    std::string left_d = binary("arith.mulf", half, binary("arith.addf", one, t));
+    std::string tanh_d = binary("arith.subf", one, binary("arith.mulf", t, t));
+    std::string square = binary("arith.mulf", x, x);
+    std::string three_kappa = constant(3.0 * kKappa);
+    std::string slope = binary("arith.addf", one, binary("arith.mulf", three_kappa, square));
+    std::string beta = constant(kSqrt2OverPi);
+    std::string inner_d = binary("arith.mulf", beta, slope);
+    std::string half_x = binary("arith.mulf", half, x);
     std::string right_d = binary("arith.mulf", binary("arith.mulf", half_x, tanh_d), inner_d);
-    return binary("arith.mulf", dy, binary("arith.addf", left_d, right_d));
+    derivative = binary("arith.addf", left_d, right_d);
+  } else {
+    std::string alpha = constant(kSqrtHalf);
+    std::string erf = unary("math.erf", binary("arith.mulf", x, alpha));
+    std::string cdf = binary("arith.mulf", half, binary("arith.addf", one, erf));
+    std::string minus_half = constant(-0.5);
+    std::string square = binary("arith.mulf", x, x);
+    std::string e = exp(binary("arith.mulf", square, minus_half));
+    std::string norm = constant(kInvSqrt2Pi);
+    std::string pdf = binary("arith.mulf", norm, e);
+    derivative = binary("arith.addf", cdf, binary("arith.mulf", x, pdf));
   }
-  std::string erf = unary("math.erf", binary("arith.mulf", x, constant(kSqrtHalf)));
-  std::string cdf = binary("arith.mulf", constant(0.5), binary("arith.addf", constant(1.0), erf));
-  std::string pdf = binary("arith.mulf", constant(kInvSqrt2Pi),
-                           exp(binary("arith.mulf", binary("arith.mulf", x, x), constant(-0.5))));
-  return binary("arith.mulf", dy, binary("arith.addf", cdf, binary("arith.mulf", x, pdf)));
+  return binary("arith.mulf", dy, derivative);
 }
 
 // self +/- alpha * other, alpha left out when it is 1.
