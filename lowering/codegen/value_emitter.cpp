@@ -201,6 +201,10 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
       std::string zero = constant(0.0);
       return select(cmp("ugt", in.at(0), zero), in.at(0), zero);
     }
+    case Op::kWhere: {  // condition (a bool, read as 0 or 1) ? self : other
+      std::string zero = constant(0.0);
+      return select(cmp("one", in.at(0), zero), in.at(1), in.at(2));
+    }
     case Op::kGelu: return gelu(op, in.at(0));
     case Op::kGeluBackward: return gelu_backward(op, in.at(0), in.at(1));
     case Op::kThresholdBackward: {  // grad where self > threshold, else 0

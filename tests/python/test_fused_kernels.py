@@ -161,6 +161,25 @@ def test_gelu_and_its_backward_are_generated_even_alone(approximate):
         assert err <= 4 * eager_err + 1e-6, (err, eager_err)
 
 
+def test_where_is_generated_with_its_neighbours(counters):
+    # torch.where selects by a bool condition read as bytes: one kernel with
+    # the ops around it (NaNs kept where selected), with broadcasting and a
+    # Python scalar (before, the where ran on ATen). The compare that makes
+    # the condition stays on ATen: kernels write no bool outputs.
+    torch.manual_seed(0)
+    x, y = torch.randn(33, 70), torch.randn(70)
+    x[0, :5] = float("nan")
+    # On ATen besides the kernel: the compare; for the scalar, also the
+    # zeros + fill_ that make it a 0-dim disc tensor.
+    fns = [(lambda a, b: torch.where(a > 0, a * 2, b) + 1, 1),
+           (lambda a, b: torch.where(b < 0.5, 0.0, a.exp()) * 3, 3)]
+    for fn, aten in fns:
+        got, c = counted(lambda: fn(x.to("disc"), y.to("disc")))
+        assert torch.equal(got.isnan(), fn(x, y).isnan())
+        torch.testing.assert_close(got, fn(x, y), equal_nan=True)
+        assert c["launches.fused"] == 1 and c["launches.aten"] == aten
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_large_kernel_is_split_over_torchs_threads(threads, counters):
     # A kernel over 4096 rows is split into one part per torch thread; a
