@@ -7,6 +7,7 @@
 // shape-generic: sizes and strides are passed at each launch.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
@@ -222,10 +223,11 @@ class CompiledExecutable final : public Executable {
         if (plan_.layouts.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
         std::vector<bool> in_place;
         if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins, n);
-        const std::vector<const c10::StorageImpl*> read = storages_of(ins);
-        values[i] = replay(*replay_ops_[s], *g.nodes[i].node, std::move(ins),
+        const ir::Node& node = *g.nodes[i].node;
+        const Storages read = node.mutated.empty() ? storages_of(ins) : Storages{};
+        values[i] = replay(*replay_ops_[s], node, std::move(ins),
                            in_place.empty() ? nullptr : &in_place);
-        ++(only_views(*g.nodes[i].node, values[i], read) ? n.views : n.aten);
+        ++(only_views(node, values[i], read) ? n.views : n.aten);
         break;
       }
     }
@@ -233,8 +235,11 @@ class CompiledExecutable final : public Executable {
     if (!plan_.layouts.to_nchw[i].empty()) make_nchw(values[i], plan_.layouts.to_nchw[i]);
   }
 
-  static std::vector<const c10::StorageImpl*> storages_of(const std::vector<at::Tensor>& ts) {
-    std::vector<const c10::StorageImpl*> out;
+  // (Small: one per replayed op, on the executor's hot path.)
+  using Storages = c10::SmallVector<const c10::StorageImpl*, 4>;
+
+  static Storages storages_of(const std::vector<at::Tensor>& ts) {
+    Storages out;
     for (const at::Tensor& t : ts)
       if (t.defined() && t.has_storage()) out.push_back(t.storage().unsafeGetStorageImpl());
     return out;
@@ -244,7 +249,7 @@ class CompiledExecutable final : public Executable {
   // read (a transpose, an unsqueeze, a reshape that needed no copy) launched
   // no kernel: counted as `launches.views`, not in `kernels_launched`.
   static bool only_views(const ir::Node& node, const std::vector<at::Tensor>& outs,
-                         const std::vector<const c10::StorageImpl*>& read) {
+                         const Storages& read) {
     if (!node.mutated.empty() || outs.empty()) return false;
     return std::all_of(outs.begin(), outs.end(), [&](const at::Tensor& t) {
       return t.defined() && t.has_storage() &&

@@ -272,14 +272,32 @@ const bool settler_installed = (set_future_settler(&settle_for_reader), true);
 constexpr size_t kMaxOpsReadAlone = 16;
 constexpr int64_t kMaxElementsReadAlone = int64_t{1} << 16;
 
-// Whether graph `g` may run on its own, now, on the reading thread: a few
-// ops on small tensors (computing them again in the next sync's graph
-// costs nothing worth counting; a model's forward, read before its
-// backward, is not that), none that writes an input or draws random
-// numbers, all of its inputs delivered and none read by a graph in flight,
-// which may be updating it in place.
+// Whether at most `max_ops` ops compute `v`: a walk that stops as soon as
+// it meets one more, so reading a large pending trace (a loss read before
+// the optimizer step) looks at a few nodes here before it syncs, instead
+// of building its whole graph twice.
+bool at_most_ops(const ir::Value& v, size_t max_ops) {
+  std::unordered_set<const ir::Node*> seen{v.node.get()};
+  std::vector<const ir::Node*> work{v.node.get()};
+  size_t ops = 0;
+  while (!work.empty()) {
+    const ir::Node* n = work.back();
+    work.pop_back();
+    if (n->is_data()) continue;
+    if (++ops > max_ops) return false;
+    for (const ir::Value& in : n->inputs)
+      if (seen.insert(in.node.get()).second) work.push_back(in.node.get());
+  }
+  return true;
+}
+
+// Whether graph `g`, a few ops (at_most_ops), may run on its own, now, on
+// the reading thread: its tensors are small (computing them again in the
+// next sync's graph costs nothing worth counting; a model's forward, read
+// before its backward, is not that), no op writes an input or draws random
+// numbers, and all of its inputs are delivered and none is read by a graph
+// in flight, which may be updating it in place.
 bool computable_alone(const ir::Graph& g) {
-  if (g.num_ops() > kMaxOpsReadAlone) return false;
   std::unordered_set<const ir::Node*> inputs;
   for (const ir::GraphNode& n : g.nodes) {
     for (const ir::TensorType& t : n.node->outputs)
@@ -302,7 +320,7 @@ bool computable_alone(const ir::Graph& g) {
 
 bool read_alone(LazyStorage& s, const std::string& cause) {
   TraceLock lock;
-  if (!s.pending()) return false;
+  if (!s.pending() || !at_most_ops(s.value(), kMaxOpsReadAlone)) return false;
   const ir::Graph g = ir::build_graph({s.value()});
   if (!computable_alone(g)) return false;
   // Every pending buffer whose value this graph computes anyway (the other
