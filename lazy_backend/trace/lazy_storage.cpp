@@ -163,7 +163,9 @@ at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
     return data.reshape(t.sizes());
   at::Tensor flat = data.contiguous().reshape({-1});
   if (flat.scalar_type() != t.scalar_type()) flat = flat.view(t.scalar_type());
-  return flat.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  // The data may be a view into a larger buffer (a graph output that is a
+  // slice of another): as_strided's offset counts from that buffer's start.
+  return flat.as_strided(t.sizes(), t.strides(), flat.storage_offset() + t.storage_offset());
 }
 
 void LazyStorage::bind(ir::Value data) {

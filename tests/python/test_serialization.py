@@ -107,3 +107,19 @@ def test_gap_save_and_deepcopy_take_the_storage_path_correctly():
     assert torch.frombuffer(bytearray(bytes(raw)), dtype=torch.float32).tolist() == [0, 1.5, 3]
     c = copy.deepcopy(d)
     assert c.device.type == "disc" and c.cpu().tolist() == [0, 1.5, 3]
+
+
+def test_a_buffer_holding_a_slice_of_another_reads_right_as_bytes(tmp_path):
+    # DDP's broadcast copies each parameter from a slice of one flat buffer:
+    # the parameter's data is then a view into that buffer, and a read of its
+    # bytes (torch.save) or of another dtype must start at the slice, not at
+    # the big buffer's first element.
+    flat = torch.arange(12.0).to("disc") * 1
+    p = torch.zeros(3, device="disc")
+    p.cpu()
+    p.copy_(flat[4:7])
+    raw = p.untyped_storage().cpu()
+    assert torch.frombuffer(bytearray(bytes(raw)), dtype=torch.float32).tolist() == [4, 5, 6]
+    assert p.view(torch.int32).cpu().equal(torch.tensor([4.0, 5, 6]).view(torch.int32))
+    torch.save({"p": p}, tmp_path / "p.pt")
+    assert torch.load(tmp_path / "p.pt", map_location="cpu")["p"].tolist() == [4, 5, 6]
