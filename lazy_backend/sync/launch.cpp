@@ -155,7 +155,8 @@ bool restore(Launch& l, size_t k) {
   TensorData* d = payload_of(*l.results[k].node);
   try {
     const at::Tensor* data = data_of(*before.node);
-    d->fulfil(data ? *data : run_now({before}).front());  // a leaf, or a constant to compute
+    // A leaf, or a constant to compute.
+    d->fulfil_restored(data ? *data : run_now({before}).front(), failure_of(l.writers[k]));
   } catch (...) {  // the earlier value failed too (a buffer a failed step created)
     d->fail(std::current_exception());
   }

@@ -159,6 +159,13 @@ at::Tensor LazyStorage::read_cpu(const at::Tensor& t) {
     failure_seen(std::current_exception());
     throw;
   }
+  // Its old value, restored after the graph that was to update it failed:
+  // the thread that still owes that failure is told, by its first such read.
+  const TensorData* d = payload_of(*leaf);
+  if (d && d->restored_after() && failure_of(this_thread_token()) == d->restored_after()) {
+    failure_seen(d->restored_after());
+    std::rethrow_exception(d->restored_after());
+  }
   if (covers_storage(t, nbytes_) && data.scalar_type() == t.scalar_type())
     return data.reshape(t.sizes());
   at::Tensor flat = data.contiguous().reshape({-1});

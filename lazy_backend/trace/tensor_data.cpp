@@ -130,6 +130,14 @@ void TensorData::fulfil(at::Tensor t) {
   set(kReady);
 }
 
+void TensorData::fulfil_restored(at::Tensor t, std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resolved()) return;
+  tensor_ = std::move(t);
+  restored_after_ = std::move(error);
+  set(kReady);
+}
+
 void TensorData::fail(std::exception_ptr e) {
   std::lock_guard<std::mutex> lock(mu_);
   if (resolved()) return;

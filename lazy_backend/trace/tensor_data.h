@@ -36,6 +36,11 @@ class TensorData : public ir::Payload {
   bool resolved() const { return state() == kReady || state() == kFailed; }
   void fulfil(at::Tensor t);
   void fail(std::exception_ptr e);
+  // Fulfilled with its buffer's value from before a graph that failed with
+  // `error` (the sync's recovery): a read by the thread that still owes
+  // that failure raises it, rather than see the old value as the new one.
+  void fulfil_restored(at::Tensor t, std::exception_ptr error);
+  const std::exception_ptr& restored_after() const { return restored_after_; }
   // The graph failed before computing it: the next thread that waits for it
   // asks the sync to recover the graph (set_future_settler), which fulfils
   // or fails it.
@@ -46,7 +51,7 @@ class TensorData : public ir::Payload {
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
   void set(State s);  // under mu_, wakes the waiters
   at::Tensor tensor_;
-  std::exception_ptr error_;
+  std::exception_ptr error_, restored_after_;
   std::atomic<int> state_;
   std::mutex mu_;
   std::condition_variable cv_;

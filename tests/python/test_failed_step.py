@@ -198,3 +198,19 @@ def test_a_run_that_fails_after_updating_an_input_leaves_the_error_not_half_an_u
         lin.weight.copy_(torch.zeros(64, 64))
         lin.bias.copy_(torch.zeros(64))
     assert lin(torch.ones(1, 64, device="disc")).abs().sum().item() == 0
+
+
+def test_a_read_of_a_buffer_restored_after_a_failure_raises_it_once(async_mode, counters):
+    # The read would otherwise pass the old value off as the updated one: it
+    # raises the failure its thread still owes, and a second read sees the
+    # restored value.
+    w = torch.ones(3).to("disc")
+    w.cpu()
+    picked = torch.arange(5.0).to("disc").index_select(0, torch.tensor([0, 7]).to("disc"))
+    w.add_(picked.sum())
+    with pytest.raises(IndexError, match="index out of range"):
+        w.cpu()
+    assert w.cpu().tolist() == [1.0, 1.0, 1.0]
+    assert counters()["failures.restored_buffers"] == 1
+    torch_disc.sync()  # nothing is owed any more
+    torch_disc.wait()
