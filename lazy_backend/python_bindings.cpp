@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "lazy_backend/device/rng.h"
+#include "lazy_backend/dist/collectives.h"
 #include "lazy_backend/exec/executor.h"
 #include "lazy_backend/exec/host_cache.h"
 #include "lazy_backend/exec/prepack.h"
@@ -178,6 +179,13 @@ void bind_sync(py::module_& m) {
   m.def("python_location", &python_location);
 }
 
+// torch.distributed: the "disc" backend over a transport made in Python
+// (torch_disc/distributed.py).
+void bind_dist(py::module_& m) {
+  m.def("dist_backend", &dist::make_backend, py::arg("transport"), py::arg("rank"), py::arg("size"),
+        "The disc c10d backend: records collectives on disc tensors, runs them through transport");
+}
+
 // Counters and the caches (compiled graphs, host buffers, packed weights).
 void bind_caches(py::module_& m) {
   m.def("metrics", after_worker(&metrics::snapshot), py::call_guard<py::gil_scoped_release>());
@@ -334,4 +342,5 @@ PYBIND11_MODULE(_C, m) {
   bind_templates(m);
   bind_options(m);
   bind_generator(m);
+  bind_dist(m);
 }

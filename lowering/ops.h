@@ -43,6 +43,11 @@ inline OpClass classify(uint32_t op) { return op_info(op).cls; }
 // may check its data. The ops of the table fail only on shapes and dtypes,
 // which the trace has checked already.
 inline bool may_fail_on_data(uint32_t op) { return classify(op) == OpClass::kOpaque; }
+// A collective: it talks to other processes (ops.def).
+inline bool is_collective(uint32_t op) {
+  const Op o = op_of(op);
+  return o == Op::kAllReduce || o == Op::kBroadcast || o == Op::kAllGather || o == Op::kReduceScatter;
+}
 // convolution or convolution_backward.
 inline bool is_convolution(uint32_t op) {
   const Op o = op_of(op);

@@ -2,6 +2,7 @@
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
+#include "lowering/ops.h"
 
 namespace disc {
 
@@ -147,6 +149,11 @@ std::vector<at::Tensor> run_now(const std::vector<ir::Value>& roots) {
   return lookup_or_compile(g)->run(g, nullptr, nullptr);
 }
 
+bool has_collective(const ir::Graph& g) {
+  return std::any_of(g.nodes.begin(), g.nodes.end(),
+                     [](const ir::GraphNode& n) { return lowering::is_collective(n.node->op); });
+}
+
 // Gives result `k` of a failed launch its buffer's value from before the
 // graph; false when the buffer has none (or one of another type).
 bool restore(Launch& l, size_t k) {
@@ -202,10 +209,12 @@ std::vector<PartOutcome> rerun_parts(const Launch& l, const std::vector<std::vec
 void recover(Launch& l) {
   static metrics::Named restored("failures.restored_buffers"), failed("failures.failed_buffers");
   metrics::bump(l.skipped ? "async.skipped_launches" : "failed_syncs");
-  // A run that overwrote inputs fails as one part: nothing runs again.
+  // A run that overwrote inputs fails as one part: nothing runs again; nor
+  // does a graph with a collective, which the other ranks ran once.
   const std::vector<std::vector<size_t>> parts =
-      l.failure.inputs_overwritten ? std::vector<std::vector<size_t>>{all_results(l)}
-                                   : independent_parts(l.graph);
+      l.failure.inputs_overwritten || has_collective(l.graph)
+          ? std::vector<std::vector<size_t>>{all_results(l)}
+          : independent_parts(l.graph);
   const std::vector<PartOutcome> outcomes = rerun_parts(l, parts);
   // Recorded before a result is failed: a thread that reads one raises the
   // error, which ends its failure (failure_seen).
@@ -295,8 +304,9 @@ bool at_most_ops(const ir::Value& v, size_t max_ops) {
 // Whether graph `g`, a few ops (at_most_ops), may run on its own, now, on
 // the reading thread: its tensors are small (computing them again in the
 // next sync's graph costs nothing worth counting; a model's forward, read
-// before its backward, is not that), no op writes an input or draws random
-// numbers, and all of its inputs are delivered and none is read by a graph
+// before its backward, is not that), no op writes an input, draws random
+// numbers or exchanges data with other processes (which expect it once),
+// and all of its inputs are delivered and none is read by a graph
 // in flight, which may be updating it in place.
 bool computable_alone(const ir::Graph& g) {
   std::unordered_set<const ir::Node*> inputs;
@@ -307,7 +317,8 @@ bool computable_alone(const ir::Graph& g) {
       const TensorData* d = payload_of(*n.node);
       if (!d || !d->ready()) return false;
       inputs.insert(n.node);
-    } else if (!n.node->mutated.empty() || n.node->rng_runtime >= 0) {
+    } else if (!n.node->mutated.empty() || n.node->rng_runtime >= 0 ||
+               lowering::is_collective(n.node->op)) {
       return false;
     }
   }

@@ -4,10 +4,12 @@
 //     -> %2 = aten::exp(%0)  %4 = aten::add(%2, %2)
 //
 // Ops with runtime operands (a learning rate) or random draws are never
-// merged: two such ops may see different values in the next run.
+// merged: two such ops may see different values in the next run; nor are
+// collectives, each of which the other ranks expect.
 #include <unordered_map>
 
 #include "lowering/ir/hash.h"
+#include "lowering/ops.h"
 #include "lowering/passes/passes.h"
 
 namespace disc::lowering {
@@ -15,7 +17,7 @@ namespace disc::lowering {
 namespace {
 
 bool mergeable(const ir::Node& n) {
-  return !n.is_data() && n.runtime.empty() && n.rng_runtime < 0;
+  return !n.is_data() && n.runtime.empty() && n.rng_runtime < 0 && !is_collective(n.op);
 }
 
 bool same_op(const ProgramOp& a, const ProgramOp& b) {

@@ -45,6 +45,7 @@ from ._export import export, load  # noqa: E402
 from .dynamo import compile  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402
+from . import distributed as _distributed  # noqa: E402
 from .autograd import install as _install_autograd  # noqa: E402
 from ._module_conversion import install as _install_module_conversion  # noqa: E402
 from ._optimizer_hook import install as _install_optimizer_hook  # noqa: E402
@@ -62,6 +63,7 @@ _install_module_conversion()  # after the generated Module.disc exists
 _install_optimizer_hook()
 _install_autograd()
 _install_printing()
+_distributed.register()  # dist.init_process_group("disc")
 # torch.autocast("disc") without a dtype: bfloat16, as on the CPU, whose op
 # policy disc follows (the setting is the importing thread's, as torch's is).
 torch.set_autocast_dtype("disc", torch.bfloat16)
@@ -69,8 +71,11 @@ torch.set_autocast_dtype("disc", torch.bfloat16)
 
 def _finish_at_exit() -> None:
     # The last graph may still run when the program ends: let it finish,
-    # and say so if it failed where nothing read its results.
+    # and say so if it failed where nothing read its results. Collectives
+    # recorded but never run are run first: the other ranks wait for them.
     try:
+        if _distributed.initialized():
+            _C.sync("exit")
         _C.wait()
     except Exception as e:  # noqa: BLE001 - reported, not raised, at exit
         warnings.warn(f"disc: the last graph failed after its results were last read: {e}")

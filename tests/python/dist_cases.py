@@ -1,0 +1,400 @@
+"""What each rank runs in test_distributed.py: one process per rank, started by
+:func:`launch` as ``python -m tests.python.dist_cases CASE RANK WORLD PORT OUT
+ARGS_JSON``; each writes its result (or its error) to OUT as JSON.
+
+The process group is ``"disc"`` over Gloo on 127.0.0.1, one thread per rank.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(case, world, args=None, timeout=240, env=None):
+    """Runs ``case`` on ``world`` ranks; returns ``[(status, result)]`` by rank:
+    status "ok" (result: the case's return value), "error" (its message), or
+    "killed" (no result within ``timeout`` seconds, or the process died)."""
+    import tempfile
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [os.path.join(tmp, f"rank{r}.json") for r in range(world)]
+        child_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+                     **(env or {})}
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "tests.python.dist_cases", case, str(r), str(world), str(port),
+             outs[r], json.dumps(args or {})],
+            cwd=ROOT, env=child_env) for r in range(world)]
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        results = []
+        for out in outs:
+            if os.path.exists(out):
+                with open(out) as f:
+                    results.append(tuple(json.load(f)))
+            else:
+                results.append(("killed", None))
+        return results
+
+
+# ---------------------------------------------------------------- the cases
+
+def _init(rank, world, port, timeout_s=60):
+    import torch
+    import torch.distributed as dist
+    import torch_disc  # noqa: F401 - registers the "disc" backend
+
+    torch.set_num_threads(1)
+    dist.init_process_group("disc", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout_s))
+
+
+SIZES = (1, 7, 1000003)
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8")
+
+
+def _values(n, dtype, rank, salt):
+    import torch
+
+    x = (torch.arange(n, dtype=torch.int64) * (7 + salt) + 3 * rank + salt) % 23
+    return x.to(getattr(torch, dtype))
+
+
+def _collectives(rank, world, args):
+    """Every collective on disc vs the same on CPU through the same group, on
+    odd sizes and every supported dtype; returns the mismatches."""
+    import torch
+    import torch.distributed as dist
+    import torch_disc
+
+    R = dist.ReduceOp
+    bad = []
+
+    def run(name, fn, dtype, n, salt):
+        got = fn("disc", _values(n, dtype, rank, salt).to("disc"))
+        want = fn("cpu", _values(n, dtype, rank, salt))
+        for g, w in zip(got, want):
+            g = g.cpu()
+            if g.dtype != w.dtype or g.shape != w.shape or not torch.equal(g, w):
+                bad.append(f"{name} {dtype} n={n}: {g.flatten()[:5].tolist()} != {w.flatten()[:5].tolist()}")
+
+    def all_reduce(op):
+        def fn(device, x):
+            dist.all_reduce(x, op=op)
+            return [x]
+        return fn
+
+    def broadcast(device, x):
+        dist.broadcast(x, src=world - 1)
+        return [x]
+
+    def gather_into(device, x):
+        out = torch.empty(world * x.numel(), dtype=x.dtype, device=device)
+        dist.all_gather_into_tensor(out, x)
+        return [out]
+
+    def gather_list(device, x):
+        outs = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(outs, x)
+        return outs
+
+    def reduce_scatter(device, x):
+        big = torch.cat([x * (k + 1) for k in range(world)])
+        out = torch.empty_like(x)
+        if device == "cpu":  # Gloo has none: the CPU reference sums and slices
+            dist.all_reduce(big)
+            return [big[rank * x.numel():(rank + 1) * x.numel()]]
+        dist.reduce_scatter_tensor(out, big)
+        return [out]
+
+    for dtype in DTYPES:
+        floating = dtype.startswith(("float", "bfloat"))
+        for n in SIZES:
+            run("all_reduce sum", all_reduce(R.SUM), dtype, n, 0)
+            run("all_reduce max", all_reduce(R.MAX), dtype, n, 1)
+            run("broadcast", broadcast, dtype, n, 2)
+            run("all_gather_into_tensor", gather_into, dtype, n, 3)
+            run("all_gather", gather_list, dtype, n, 4)
+            if dtype in ("float32", "int64", "float64"):
+                run("reduce_scatter_tensor", reduce_scatter, dtype, n, 5)
+            if floating and dtype in ("float32", "float64"):
+                def avg(device, x):
+                    dist.all_reduce(x, op=R.AVG if device == "disc" else R.SUM)
+                    return [x if device == "disc" else x / world]
+                run("all_reduce avg", avg, dtype, n, 6)
+    c = torch_disc.metrics.counters()
+    return {"mismatches": bad, "recorded": c.get("dist.recorded", 0),
+            "checks": c.get("dist.checks", 0), "fallbacks": c["fallbacks"]}
+
+
+# Models: the MNIST MLP with an unused layer (find_unused_parameters), and a
+# tiny BERT from a config (no dropout: ranks and the reference draw apart).
+
+def build_model(kind, seed):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    if kind == "mlp":
+        class MLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(),
+                                          nn.Linear(64, 10))
+                self.unused = nn.Linear(10, 10)
+
+            def forward(self, x):
+                return self.body(x)
+        return MLP()
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=3,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertForSequenceClassification(config)
+
+
+def batches(kind, steps, global_batch, seed=0):
+    """The global batches, identical everywhere: (inputs, labels) per step."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        if kind == "mlp":
+            out.append((torch.randn(global_batch, 1, 28, 28, generator=g),
+                        torch.randint(0, 10, (global_batch,), generator=g)))
+        else:
+            ids = torch.randint(1, 120, (global_batch, 12), generator=g)
+            mask = torch.ones_like(ids)
+            mask[::2, 9:] = 0  # padded rows
+            out.append(((ids, mask), torch.randint(0, 3, (global_batch,), generator=g)))
+    return out
+
+
+def shard(x, rank, world):
+    if isinstance(x, tuple):
+        return tuple(shard(t, rank, world) for t in x)
+    per = x.shape[0] // world
+    return x[rank * per:(rank + 1) * per]
+
+
+def loss_of(model, kind, x, y, device):
+    import torch.nn.functional as F
+
+    if kind == "mlp":
+        return F.cross_entropy(model(x.to(device)), y.to(device))
+    ids, mask = x
+    return model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=y.to(device)).loss
+
+
+def optimizer(kind, params):
+    import torch
+
+    if kind == "mlp":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+def train(model, kind, data, device, accumulate=1, no_sync=None):
+    """Per-step losses; with ``accumulate`` micro-batches per step, the first
+    ones backward under ``no_sync`` (DDP) or plainly (one process)."""
+    import contextlib
+
+    opt = optimizer(kind, model.parameters())
+    losses = []
+    for i in range(0, len(data), accumulate):
+        micro = data[i:i + accumulate]
+        for k, (x, y) in enumerate(micro):
+            last = k == len(micro) - 1
+            with contextlib.nullcontext() if last or no_sync is None else no_sync():
+                loss = loss_of(model, kind, x, y, device)
+                loss.backward()
+            losses.append(loss.detach())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return losses
+
+
+def _ddp_train(rank, world, args):
+    """DDP training on ``args["device"]``: per-step global mean losses, the
+    syncs of a step with and without DDP, and a rank-0 checkpoint that every
+    rank loads."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    kind, device, steps = args["kind"], args["device"], args["steps"]
+    accumulate, per_rank = args.get("accumulate", 1), args.get("per_rank", 4)
+    data = [(shard(x, rank, world), shard(y, rank, world))
+            for x, y in batches(kind, steps, per_rank * world)]
+    # Each rank starts from other weights: DDP must broadcast rank 0's.
+    model = build_model(kind, seed=rank).to(device)
+    ddp = DDP(model, find_unused_parameters=kind == "mlp")
+    before = _counters(device)
+    losses = train(ddp, kind, data, device, accumulate, ddp.no_sync)
+    total = []
+    for loss in losses:  # the mean over ranks is the one-process loss
+        dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+        total.append(loss.item() / world)
+    result = {"losses": total}
+    if device == "disc":
+        result["syncs_per_step"] = _syncs_per_step(ddp, kind, data, device)
+        result["plain_syncs_per_step"] = _syncs_per_step(build_model(kind, 0).to(device), kind, data,
+                                                         device)
+        result["fallbacks"] = _counters(device)["fallbacks"] - before["fallbacks"]
+    if args.get("checkpoint"):
+        result["checkpoint_matches"] = _checkpoint(model, kind, args["checkpoint"], rank, device)
+    return result
+
+
+def _counters(device):
+    if device != "disc":
+        return {"fallbacks": 0}
+    import torch_disc
+
+    return torch_disc.metrics.counters()
+
+
+def _syncs_per_step(model, kind, data, device, steps=3):
+    """Syncs of the last ``steps`` training steps (a loss read each), after
+    two to warm up; the same measure with and without DDP."""
+    import torch_disc
+
+    opt = optimizer(kind, model.parameters())
+
+    def step(x, y):
+        loss = loss_of(model, kind, x, y, device)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    for x, y in data[:2]:
+        step(x, y)
+    before = torch_disc.metrics.syncs()
+    for x, y in data[2:2 + steps]:
+        step(x, y)
+    after = torch_disc.metrics.syncs()
+    return {cause: (n - before.get(cause, 0)) / steps for cause, n in after.items()
+            if n != before.get(cause, 0)}
+
+
+def _checkpoint(model, kind, path, rank, device):
+    """Rank 0 saves; every rank loads it into a fresh model and compares."""
+    import torch
+    import torch.distributed as dist
+
+    if rank == 0:
+        torch.save(model.state_dict(), path)
+    dist.barrier()
+    fresh = build_model(kind, seed=123).to(device)
+    fresh.load_state_dict(torch.load(path, map_location=device))
+    return all(torch.equal(a.cpu(), b.cpu()) for a, b in
+               zip(fresh.state_dict().values(), model.state_dict().values()))
+
+
+def _rank_dies(rank, world, args):
+    """The last rank exits before the collective; the others must fail."""
+    import torch
+    import torch.distributed as dist
+
+    if rank == world - 1:
+        os._exit(3)
+    t = torch.ones(1000, device="disc")
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.monotonic() - start}
+    return {"error": None, "seconds": time.monotonic() - start}
+
+
+def _mismatch(rank, world, args):
+    """Rank 0 all-reduces, the others broadcast: every rank must fail."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(7, device="disc")
+    try:
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.broadcast(t, src=0)
+        t.cpu()
+    except RuntimeError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
+def _bad_inputs(rank, world, args):
+    """Collectives the disc backend refuses, with the error each gives."""
+    import torch
+    import torch.distributed as dist
+
+    errors = {}
+
+    def attempt(name, fn):
+        try:
+            fn()
+            errors[name] = None
+        except (RuntimeError, ValueError, TypeError) as e:
+            errors[name] = str(e)
+
+    attempt("int16", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16, device="disc")))
+    attempt("bool", lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool, device="disc")))
+    attempt("mixed", lambda: dist.all_gather([torch.ones(3, device="disc"), torch.ones(3)],
+                                             torch.ones(3, device="disc")))
+    attempt("avg_int", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64, device="disc"),
+                                               op=dist.ReduceOp.AVG))
+    gloo = dist.new_group(backend="gloo")
+    attempt("gloo_group", lambda: dist.all_reduce(torch.ones(3, device="disc"), group=gloo))
+    # The group still works after the refusals.
+    t = torch.ones(3, device="disc")
+    dist.all_reduce(t)
+    return {"errors": errors, "after": t.cpu().tolist()}
+
+
+CASES = {"collectives": _collectives, "ddp_train": _ddp_train, "rank_dies": _rank_dies,
+         "mismatch": _mismatch, "bad_inputs": _bad_inputs}
+
+
+def main(argv):
+    case, rank, world, port, out, args = argv
+    rank, world = int(rank), int(world)
+    args = json.loads(args)
+    try:
+        _init(rank, world, int(port), args.get("timeout", 60))
+        result = ("ok", CASES[case](rank, world, args))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        result = ("error", f"{type(e).__name__}: {e}")
+    with open(out, "w") as f:
+        json.dump(result, f)
+    import torch.distributed as dist
+
+    if dist.is_initialized() and case not in ("rank_dies", "mismatch"):
+        dist.destroy_process_group()
+    # A rank whose peers died may not exit cleanly otherwise (Gloo threads).
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

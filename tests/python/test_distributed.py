@@ -1,0 +1,109 @@
+"""torch.distributed on disc: collectives recorded into graphs, DDP training
+equal to one process on the whole batch, and failures that end in errors,
+not hangs. Ranks are processes (dist_cases.py) over Gloo on 127.0.0.1."""
+import pytest
+import torch
+
+import torch_disc
+from tests.python.dist_cases import batches, build_model, launch, train
+
+pytestmark = pytest.mark.skipif(not torch_disc.distributed.register(),
+                                reason="torch without distributed / Gloo support")
+
+
+def ok(results):
+    for rank, (status, result) in enumerate(results):
+        assert status == "ok", f"rank {rank}: {status}: {result}"
+    return [result for _, result in results]
+
+
+def one_process_losses(kind, steps, global_batch, accumulate=1):
+    """The reference: one process on the concatenated batches, on disc."""
+    model = build_model(kind, seed=0).to("disc")
+    losses = train(model, kind, batches(kind, steps, global_batch), "disc", accumulate)
+    return [loss.item() for loss in losses]
+
+
+def close(got, want, rel):
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert abs(g - w) <= rel * abs(w), f"step {i}: {g} vs {w}"
+
+
+def test_collectives_match_cpu_on_odd_sizes_and_dtypes():
+    for result in ok(launch("collectives", 2)):
+        assert result["mismatches"] == []
+        # Every collective was a graph node, checked across ranks once.
+        assert result["recorded"] == result["checks"] > 100
+        assert result["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("kind", ["mlp", "bert"])
+def test_ddp_matches_one_process_and_cpu(kind, tmp_path):
+    steps, world, per_rank = 20, 2, 4
+    ckpt = str(tmp_path / "rank0.pt")
+    disc = ok(launch("ddp_train", world, {"kind": kind, "device": "disc", "steps": steps,
+                                          "per_rank": per_rank, "checkpoint": ckpt}))
+    cpu = ok(launch("ddp_train", world, {"kind": kind, "device": "cpu", "steps": steps,
+                                         "per_rank": per_rank}))
+    want = one_process_losses(kind, steps, world * per_rank)
+    for r in disc:
+        close(r["losses"], want, 1e-5)
+        close(r["losses"], cpu[0]["losses"], 1e-5)
+        # DDP's bucket all-reduces ride in the step's graph: no sync of their
+        # own. find_unused_parameters (the MLP has an unused layer) reads on
+        # the host which parameters some rank used: one read a step.
+        extra = {"to_cpu": 1.0} if kind == "mlp" else {}
+        assert r["syncs_per_step"] == {**r["plain_syncs_per_step"], **extra}
+        assert r["fallbacks"] == 0
+        assert r["checkpoint_matches"]
+    # The rank-0 checkpoint loads on CPU too.
+    cpu_model = build_model(kind, seed=7)
+    cpu_model.load_state_dict(torch.load(ckpt, map_location="cpu"))
+
+
+def test_ddp_four_processes():
+    steps, world, per_rank = 20, 4, 2
+    results = ok(launch("ddp_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
+                                             "per_rank": per_rank}))
+    want = one_process_losses("mlp", steps, world * per_rank)
+    for r in results:
+        close(r["losses"], want, 1e-5)
+
+
+def test_no_sync_accumulation_matches_one_process():
+    steps, world, per_rank = 12, 2, 4
+    results = ok(launch("ddp_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
+                                             "per_rank": per_rank, "accumulate": 3}))
+    want = one_process_losses("mlp", steps, world * per_rank, accumulate=3)
+    for r in results:
+        close(r["losses"], want, 1e-5)
+
+
+def test_a_dead_rank_fails_the_others_within_the_timeout():
+    results = launch("rank_dies", 2, {"timeout": 20}, timeout=120)
+    status, result = results[0]
+    assert status == "ok", result
+    assert result["error"] is not None, "the collective did not fail"
+    assert "disc:" in result["error"]
+    assert result["seconds"] < 60
+
+
+def test_ranks_calling_different_collectives_fail_not_hang():
+    for status, result in launch("mismatch", 2, {"timeout": 30}, timeout=120):
+        assert status == "ok", result
+        assert result["error"] is not None
+        assert "ranks disagree" in result["error"]
+        assert "all_reduce (sum) of 7 Float elements" in result["error"]
+        assert "broadcast (root 0) of 7 Float elements" in result["error"]
+
+
+def test_bad_collective_inputs_give_clear_errors():
+    [result] = ok(launch("bad_inputs", 1))
+    errors = result["errors"]
+    assert "does not support dtype Short" in errors["int16"]
+    assert "does not support dtype Bool" in errors["bool"]
+    assert "on cpu and disc" in errors["mixed"]
+    assert "AVG needs a floating dtype" in errors["avg_int"]
+    assert errors["gloo_group"] is not None  # c10d's own: no backend for disc there
+    assert result["after"] == [1.0, 1.0, 1.0]
