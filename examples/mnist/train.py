@@ -2,6 +2,10 @@
 
 Usage: python examples/mnist/train.py [--device disc|cpu] [--model mlp|cnn] ...
 
+Data-parallel on several processes (DistributedDataParallel, each rank a
+shard of every epoch through DistributedSampler, ``--batch-size`` per rank):
+``torchrun --nproc-per-node 2 examples/mnist/train.py --device disc``.
+
 ``main(argv)`` runs in-process and returns the test accuracy, the per-step
 losses and the training throughput, so tests can compare devices.
 """
@@ -21,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from examples.device import device_and_sync
+from examples import distributed as ddp
 from examples.progress import Progress
 from examples.mnist.data import DEFAULT_DIR, DatasetError, load_split
 
@@ -102,7 +107,16 @@ def parse_args(argv=None):
 AUTOCAST_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc):
+def epoch_order(n, epoch, generator, sampler):
+    """This process's sample order for one epoch: a shuffle of all ``n``, or
+    under torchrun this rank's shard of the epoch's shuffle."""
+    if sampler is None:
+        return torch.randperm(n, generator=generator)
+    sampler.set_epoch(epoch)
+    return torch.tensor(list(sampler), dtype=torch.long)
+
+
+def train_epoch(model, opt, order, x, y, args, device, sync, max_steps, desc):
     """Run one shuffled epoch, stopping early after ``max_steps`` (None: no cap).
 
     Returns ``(losses, samples, seconds)``.  Losses are kept as detached device
@@ -111,13 +125,12 @@ def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc
     reading them later costs no extra graph execution.
     """
     model.train()
-    order = torch.randperm(len(x), generator=generator)
     batches = order.split(args.batch_size)  # keeps the last partial batch
     if max_steps is not None:
         batches = batches[:max_steps]
     pending, samples = [], 0
     start = time.perf_counter()
-    progress = Progress(len(batches), desc, enabled=not args.no_progress,
+    progress = Progress(len(batches), desc, enabled=not args.no_progress and ddp.is_main(),
                         interval=args.progress_every)
     dtype = AUTOCAST_DTYPES[args.autocast]
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
@@ -129,7 +142,7 @@ def train_epoch(model, opt, x, y, args, device, sync, generator, max_steps, desc
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-        pending.append(loss.detach())
+        pending.append(ddp.mean_over_ranks(loss.detach()))
         samples += len(idx)
         progress.update(len(idx), loss)
     progress.close()
@@ -154,37 +167,42 @@ def main(argv=None):
     """Train and evaluate; returns {'test_accuracy', 'losses', 'samples_per_s'}."""
     args = parse_args(argv)
     device, sync = device_and_sync(args.device)
+    world = ddp.init(args.device)  # 1 unless started by torchrun
     x_train, y_train = load_split(args.data, "train", limit=args.limit)
     test_limit = None if args.limit is None else min(10000, args.limit)
     x_test, y_test = load_split(args.data, "t10k", limit=test_limit)
 
     torch.manual_seed(args.seed)  # same initial weights on every device
-    model = build_model(args.model, args.dropout).to(device)
+    model = ddp.wrap(build_model(args.model, args.dropout).to(device))
     opt = build_optimizer(args.optimizer, model.parameters(), args.lr)
     generator = torch.Generator().manual_seed(args.seed)
+    sampler = ddp.sampler(len(x_train), args.seed)
 
     losses, samples, seconds, accuracy = [], 0, 0.0, 0.0
     for epoch in range(1, args.epochs + 1):
         steps_left = None if args.max_steps is None else args.max_steps - len(losses)
         if steps_left is not None and steps_left <= 0:
             break
+        order = epoch_order(len(x_train), epoch, generator, sampler)
         epoch_losses, n, secs = train_epoch(
-            model, opt, x_train, y_train, args, device, sync, generator,
+            model, opt, order, x_train, y_train, args, device, sync,
             steps_left, desc=f"epoch {epoch}/{args.epochs}",
         )
+        n *= world  # samples of all ranks
         losses += epoch_losses
         samples, seconds = samples + n, seconds + secs
         accuracy = evaluate(model, x_test, y_test, device)
         mean_loss = sum(epoch_losses) / max(len(epoch_losses), 1)
-        print(f"epoch {epoch}: train loss {mean_loss:.4f}  test acc {accuracy:.2%}  "
-              f"{n / secs:.0f} samples/s ({len(epoch_losses)} steps, {secs:.1f}s)")
+        ddp.print_once(f"epoch {epoch}: train loss {mean_loss:.4f}  test acc {accuracy:.2%}  "
+                       f"{n / secs:.0f} samples/s ({len(epoch_losses)} steps, {secs:.1f}s)")
 
-    if args.log_losses:
+    if args.log_losses and ddp.is_main():  # the mean over ranks: the same on every rank
         Path(args.log_losses).write_text(json.dumps(losses))
     if args.device == "disc":
         import torch_disc
 
-        print(torch_disc.metrics.report())
+        ddp.print_once(torch_disc.metrics.report())
+    ddp.finish()
     return {
         "test_accuracy": accuracy,
         "losses": losses,

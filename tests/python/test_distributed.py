@@ -1,10 +1,15 @@
 """torch.distributed on disc: collectives recorded into graphs, DDP training
 equal to one process on the whole batch, and failures that end in errors,
 not hangs. Ranks are processes (dist_cases.py) over Gloo on 127.0.0.1."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import torch_disc
+from tests.python import dist_cases
 from tests.python.dist_cases import batches, build_model, launch, train
 
 pytestmark = pytest.mark.skipif(not torch_disc.distributed.register(),
@@ -107,3 +112,35 @@ def test_bad_collective_inputs_give_clear_errors():
     assert "AVG needs a floating dtype" in errors["avg_int"]
     assert errors["gloo_group"] is not None  # c10d's own: no backend for disc there
     assert result["after"] == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                    reason="the Fashion-MNIST files (Debian's dataset-fashion-mnist)")
+def test_torchrun_two_nodes_train_the_mnist_example(tmp_path):
+    """Two torchrun launchers, one process each, meeting at one rendezvous
+    endpoint on loopback: the two-machine path."""
+    port = dist_cases.free_port()
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    logs = [tmp_path / f"node{n}.json" for n in range(2)]
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--node-rank", str(n), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--rdzv-id", "disc-test", "examples/mnist/train.py", "--device", "disc", "--limit", "512",
+         "--max-steps", "6", "--no-progress", "--log-losses", str(logs[n])],
+        cwd=dist_cases.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for n in range(2)]
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=240)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outputs.append(p.communicate()[0])
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-3000:]
+    import json
+
+    losses = json.loads(logs[0].read_text())  # rank 0's: the mean over both ranks
+    assert len(losses) == 6 and all(0 < loss < 10 for loss in losses)
+    assert not logs[1].exists()
+    assert "samples/s" in outputs[0] and "samples/s" not in outputs[1]
