@@ -144,3 +144,13 @@ def test_torchrun_two_nodes_train_the_mnist_example(tmp_path):
     assert len(losses) == 6 and all(0 < loss < 10 for loss in losses)
     assert not logs[1].exists()
     assert "samples/s" in outputs[0] and "samples/s" not in outputs[1]
+
+
+def test_ddp_benchmark_runs():
+    # A smoke test of benchmarks.ddp_step: its figures mean nothing here.
+    out = subprocess.run([sys.executable, "-m", "benchmarks.ddp_step", "--steps", "3", "--warmup", "1",
+                          "--backends", "cpu,disc"], cwd=dist_cases.ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| cpu", "| disc"))]
+    assert len(rows) == 2 and "failed" not in out.stdout, out.stdout
