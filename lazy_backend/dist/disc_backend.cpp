@@ -128,7 +128,8 @@ class DiscBackend final : public c10d::Backend {
     TORCH_CHECK(outs.size() == ins.size(), "disc: dist.all_gather: one output list per input");
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < ins.size(); ++i) {
-      on_host(outs[i], "all_gather");
+      TORCH_CHECK(!on_host(outs[i], "all_gather"),
+                  "disc: dist.all_gather of disc tensors needs disc output tensors");
       TORCH_CHECK(static_cast<int>(outs[i].size()) == size_, "disc: dist.all_gather needs ", size_,
                   " output tensors (one per rank), got ", outs[i].size());
       Tensor rows = record([&](const auto& after) {
@@ -185,7 +186,8 @@ class DiscBackend final : public c10d::Backend {
     for (size_t i = 0; i < outs.size(); ++i) {
       TORCH_CHECK(static_cast<int>(ins[i].size()) == size_, "disc: dist.reduce_scatter needs ", size_,
                   " input tensors (one per rank), got ", ins[i].size());
-      on_host(ins[i], "reduce_scatter");
+      TORCH_CHECK(!on_host(ins[i], "reduce_scatter"),
+                  "disc: dist.reduce_scatter into disc tensors needs disc input tensors");
       std::vector<Tensor> rows;
       for (const Tensor& t : ins[i]) rows.push_back(t.reshape({-1}));
       Tensor stacked = at::stack(rows);

@@ -133,6 +133,12 @@ def _collectives(rank, world, args):
             run("all_gather", gather_list, dtype, n, 4)
             if dtype in ("float32", "int64", "float64"):
                 run("reduce_scatter_tensor", reduce_scatter, dtype, n, 5)
+            if n == 7:  # the other operators, on one size
+                run("all_reduce min", all_reduce(R.MIN), dtype, n, 7)
+                run("all_reduce product", all_reduce(R.PRODUCT), dtype, n, 8)
+                if not floating:
+                    for name, op in (("band", R.BAND), ("bor", R.BOR), ("bxor", R.BXOR)):
+                        run(f"all_reduce {name}", all_reduce(op), dtype, n, 9)
             if floating and dtype in ("float32", "float64"):
                 def avg(device, x):
                     dist.all_reduce(x, op=R.AVG if device == "disc" else R.SUM)

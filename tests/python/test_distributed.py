@@ -67,11 +67,12 @@ def test_ddp_matches_one_process_and_cpu(kind, tmp_path):
     cpu_model.load_state_dict(torch.load(ckpt, map_location="cpu"))
 
 
-def test_ddp_four_processes():
+@pytest.mark.parametrize("kind", ["mlp", "bert"])
+def test_ddp_four_processes(kind):
     steps, world, per_rank = 20, 4, 2
-    results = ok(launch("ddp_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
+    results = ok(launch("ddp_train", world, {"kind": kind, "device": "disc", "steps": steps,
                                              "per_rank": per_rank}))
-    want = one_process_losses("mlp", steps, world * per_rank)
+    want = one_process_losses(kind, steps, world * per_rank)
     for r in results:
         close(r["losses"], want, 1e-5)
 
