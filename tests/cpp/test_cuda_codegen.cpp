@@ -1,0 +1,106 @@
+// The CUDA target's kLoop kernels (cuda_loop_kernel.cpp) and NVRTC
+// (runtime/nvrtc.cpp), without a GPU: a sweep of element-wise groups --
+// every op the codegen emits, broadcast inputs, runtime scalars, bf16 and
+// bool tensors -- emits CUDA C++ that compiles for sm_80 and sm_90 within
+// a register budget and without spills. (Running the kernels needs a GPU:
+// the CUDA target's parity tests do that where one is present.)
+#include <gtest/gtest.h>
+
+#include "cuda_sweep.h"
+#include "graph_builder.h"
+#include "lowering/codegen/cuda_loop_kernel.h"
+#include "runtime/nvrtc.h"
+
+using namespace disc;
+using namespace disc::lowering;
+using disc::testing::GraphBuilder;
+using disc::testing::Case;
+using disc::testing::sweep;
+
+namespace {
+
+// The kLoop kernels of the sweep's programs.
+std::vector<CudaKernel> sweep_kernels() {
+  std::vector<CudaKernel> out;
+  for (const Case& c : sweep()) {
+    GraphBuilder b;
+    Program p = disc::testing::compiled({c.build(b)});
+    size_t emitted = 0;
+    for (uint32_t g = 0; g < p.groups.size(); ++g) {
+      std::string why;
+      std::optional<CudaKernel> k = emit_cuda_loop_kernel(p, g, &why);
+      EXPECT_TRUE(k) << c.name << ": group " << g << ": " << why;
+      if (k) out.push_back(*k), ++emitted;
+    }
+    EXPECT_GE(emitted, 1u) << c.name;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(NvrtcResources, ReadsPtxasVerboseOutput) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'other' for 'sm_90'\n"
+      "ptxas info    : Used 40 registers\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+      "ptxas info    : Function properties for k\n"
+      "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 18 registers, used 0 barriers, 256 bytes smem, 380 bytes cmem[0]\n";
+  runtime::nvrtc::Resources r = runtime::nvrtc::parse_resources(log, "k");
+  EXPECT_EQ(r.registers, 18);
+  EXPECT_EQ(r.stack_bytes, 8);
+  EXPECT_EQ(r.spill_store_bytes, 4);
+  EXPECT_EQ(r.spill_load_bytes, 12);
+  EXPECT_EQ(r.shared_bytes, 256);
+  EXPECT_EQ(runtime::nvrtc::parse_resources(log, "absent").registers, -1);
+}
+
+TEST(CudaLoopKernel, IsShapeGenericAndNamedByItsText) {
+  GraphBuilder b;
+  auto x = b.param({4, 6}), row = b.param({6});
+  Program p = disc::testing::compiled({b.op("aten::mul.Tensor", {x, row}, {4, 6})});
+  std::string why;
+  auto k = emit_cuda_loop_kernel(p, 0, &why);
+  ASSERT_TRUE(k) << why;
+  EXPECT_EQ(k->rank, 2u);
+  EXPECT_EQ(k->inputs.size(), 2u);
+  // Sizes and strides are arguments: the index splits by sizes[a] and
+  // each input's offset adds its stride along each axis.
+  EXPECT_NE(k->source.find("rest % sizes[1]"), std::string::npos);
+  EXPECT_NE(k->source.find("strides[3]"), std::string::npos);  // input 1, axis 1
+  EXPECT_EQ(k->source.find("extern \"C\" __global__ void " + k->name), k->source.find("extern"));
+  // The same group again: the same text and name.
+  EXPECT_EQ(emit_cuda_loop_kernel(p, 0, &why)->name, k->name);
+}
+
+TEST(CudaLoopKernel, DeclinesRowGroups) {
+  GraphBuilder b;
+  auto x = b.param({4, 6});
+  auto s = b.op("aten::_softmax", {x}, {4, 6}, {GraphBuilder::integer(-1), GraphBuilder::boolean(false)});
+  Program p = disc::testing::compiled({s});
+  ASSERT_EQ(p.groups.size(), 1u);
+  std::string why;
+  EXPECT_FALSE(emit_cuda_loop_kernel(p, 0, &why));
+  EXPECT_NE(why.find("kLoop kernels only"), std::string::npos) << why;
+}
+
+TEST(CudaLoopKernel, SweepCompilesForSm80AndSm90WithoutSpills) {
+  std::vector<CudaKernel> kernels = sweep_kernels();
+  ASSERT_GE(kernels.size(), 15u);
+  if (!runtime::nvrtc::available()) GTEST_SKIP() << "built without the CUDA toolkit (NVRTC)";
+  for (const CudaKernel& k : kernels) {
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      runtime::nvrtc::Compiled c = runtime::nvrtc::compile(k.source, k.name, arch);
+      EXPECT_FALSE(c.cubin.empty()) << k.name << " " << arch;
+      const runtime::nvrtc::Resources& r = c.resources;
+      EXPECT_GT(r.registers, 0) << k.name << " " << arch << ":\n" << c.log;
+      // An element-wise kernel fits 64 registers (full occupancy at 1024
+      // threads a block on both) and never touches local memory.
+      EXPECT_LE(r.registers, 64) << k.name << " " << arch << ":\n" << k.source;
+      EXPECT_EQ(r.spill_store_bytes + r.spill_load_bytes, 0) << k.name << " " << arch;
+      EXPECT_EQ(r.stack_bytes, 0) << k.name << " " << arch;
+    }
+  }
+}
