@@ -168,6 +168,19 @@ def build_model(kind, seed):
             def forward(self, x):
                 return self.body(x)
         return MLP()
+    if kind == "resnet":
+        # torchvision's ResNet-18 (BatchNorm buffers DDP broadcasts every
+        # forward, 62 parameters), with SiLU for ReLU as in test_model_zoo:
+        # a float32 ReLU mask flips on rounding, so runs part after a few
+        # steps whatever the device.
+        import torchvision
+
+        model = torchvision.models.resnet18(num_classes=10)
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, nn.ReLU):
+                    setattr(module, name, nn.SiLU())
+        return model
     from transformers import BertConfig, BertForSequenceClassification
 
     config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -183,8 +196,9 @@ def batches(kind, steps, global_batch, seed=0):
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(steps):
-        if kind == "mlp":
-            out.append((torch.randn(global_batch, 1, 28, 28, generator=g),
+        if kind in ("mlp", "resnet"):
+            image = (1, 28, 28) if kind == "mlp" else (3, 32, 32)
+            out.append((torch.randn(global_batch, *image, generator=g),
                         torch.randint(0, 10, (global_batch,), generator=g)))
         else:
             ids = torch.randint(1, 120, (global_batch, 12), generator=g)
@@ -201,11 +215,11 @@ def shard(x, rank, world):
     return x[rank * per:(rank + 1) * per]
 
 
-def loss_of(model, kind, x, y, device):
+def loss_of(model, kind, x, y, device, dtype=None):
     import torch.nn.functional as F
 
-    if kind == "mlp":
-        return F.cross_entropy(model(x.to(device)), y.to(device))
+    if kind in ("mlp", "resnet"):
+        return F.cross_entropy(model(x.to(device, dtype)), y.to(device))
     ids, mask = x
     return model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=y.to(device)).loss
 
@@ -213,12 +227,12 @@ def loss_of(model, kind, x, y, device):
 def optimizer(kind, params):
     import torch
 
-    if kind == "mlp":
-        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    if kind in ("mlp", "resnet"):
+        return torch.optim.SGD(params, lr=0.05 if kind == "mlp" else 0.01, momentum=0.9)
     return torch.optim.AdamW(params, lr=1e-3)
 
 
-def train(model, kind, data, device, accumulate=1, no_sync=None):
+def train(model, kind, data, device, accumulate=1, no_sync=None, dtype=None):
     """Per-step losses; with ``accumulate`` micro-batches per step, the first
     ones backward under ``no_sync`` (DDP) or plainly (one process)."""
     import contextlib
@@ -230,7 +244,7 @@ def train(model, kind, data, device, accumulate=1, no_sync=None):
         for k, (x, y) in enumerate(micro):
             last = k == len(micro) - 1
             with contextlib.nullcontext() if last or no_sync is None else no_sync():
-                loss = loss_of(model, kind, x, y, device)
+                loss = loss_of(model, kind, x, y, device, dtype)
                 loss.backward()
             losses.append(loss.detach())
         opt.step()
@@ -251,20 +265,23 @@ def _ddp_train(rank, world, args):
     data = [(shard(x, rank, world), shard(y, rank, world))
             for x, y in batches(kind, steps, per_rank * world)]
     # Each rank starts from other weights: DDP must broadcast rank 0's.
-    model = build_model(kind, seed=rank).to(device)
-    ddp = DDP(model, find_unused_parameters=kind == "mlp")
+    dtype = getattr(torch, args.get("dtype", "float32"))
+    model = build_model(kind, seed=rank).to(device, dtype)
+    ddp = DDP(model, find_unused_parameters=kind == "mlp",
+              bucket_cap_mb=args.get("bucket_cap_mb", 25))
     before = _counters(device)
-    losses = train(ddp, kind, data, device, accumulate, ddp.no_sync)
+    losses = train(ddp, kind, data, device, accumulate, ddp.no_sync, dtype)
     total = []
     for loss in losses:  # the mean over ranks is the one-process loss
         dist.all_reduce(loss, op=dist.ReduceOp.SUM)
         total.append(loss.item() / world)
     result = {"losses": total}
     if device == "disc":
+        result["fallbacks"] = _counters(device)["fallbacks"] - before["fallbacks"]
+    if device == "disc" and args.get("pin_syncs", True):
         result["syncs_per_step"] = _syncs_per_step(ddp, kind, data, device)
         result["plain_syncs_per_step"] = _syncs_per_step(build_model(kind, 0).to(device), kind, data,
                                                          device)
-        result["fallbacks"] = _counters(device)["fallbacks"] - before["fallbacks"]
     if args.get("checkpoint"):
         result["checkpoint_matches"] = _checkpoint(model, kind, args["checkpoint"], rank, device)
     return result

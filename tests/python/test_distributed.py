@@ -77,6 +77,25 @@ def test_ddp_four_processes(kind):
         close(r["losses"], want, 1e-5)
 
 
+def test_ddp_resnet_with_batchnorm_buffers_and_many_buckets():
+    # torchvision's ResNet-18 (SiLU): BatchNorm statistics are per rank, so
+    # the reference is DDP itself in float64 on CPU; disc's error against it
+    # must stay within a small factor of eager float32's (test_model_zoo's
+    # rule). 1 MB buckets: DDP all-reduces ~45 of them a step.
+    args = {"kind": "resnet", "steps": 4, "per_rank": 8, "bucket_cap_mb": 1, "pin_syncs": False}
+    disc = ok(launch("ddp_train", 2, dict(args, device="disc")))
+    cpu32 = ok(launch("ddp_train", 2, dict(args, device="cpu")))
+    cpu64 = ok(launch("ddp_train", 2, dict(args, device="cpu", dtype="float64")))
+    want = cpu64[0]["losses"]
+
+    def error(got):
+        return max(abs(g - w) / abs(w) for g, w in zip(got, want))
+
+    assert error(disc[0]["losses"]) <= max(8 * error(cpu32[0]["losses"]), 1e-5)
+    assert disc[0]["losses"] == disc[1]["losses"]
+    assert disc[0]["fallbacks"] == 0
+
+
 def test_no_sync_accumulation_matches_one_process():
     steps, world, per_rank = 12, 2, 4
     results = ok(launch("ddp_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
