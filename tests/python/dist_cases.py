@@ -268,7 +268,9 @@ def _ddp_train(rank, world, args):
     dtype = getattr(torch, args.get("dtype", "float32"))
     model = build_model(kind, seed=rank).to(device, dtype)
     ddp = DDP(model, find_unused_parameters=kind == "mlp",
-              bucket_cap_mb=args.get("bucket_cap_mb", 25))
+              bucket_cap_mb=args.get("bucket_cap_mb", 25),
+              gradient_as_bucket_view=args.get("bucket_view", False),
+              static_graph=args.get("static_graph", False))
     before = _counters(device)
     losses = train(ddp, kind, data, device, accumulate, ddp.no_sync, dtype)
     total = []

@@ -96,6 +96,18 @@ def test_ddp_resnet_with_batchnorm_buffers_and_many_buckets():
     assert disc[0]["fallbacks"] == 0
 
 
+def test_ddp_gradient_as_bucket_view_and_static_graph():
+    # Gradients that are views of DDP's buckets, and the static-graph mode.
+    steps, world, per_rank = 8, 2, 4
+    results = ok(launch("ddp_train", world, {"kind": "bert", "device": "disc", "steps": steps,
+                                             "per_rank": per_rank, "bucket_view": True,
+                                             "static_graph": True}))
+    want = one_process_losses("bert", steps, world * per_rank)
+    for r in results:
+        close(r["losses"], want, 1e-5)
+        assert r["syncs_per_step"] == r["plain_syncs_per_step"]
+
+
 def test_no_sync_accumulation_matches_one_process():
     steps, world, per_rank = 12, 2, 4
     results = ok(launch("ddp_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
