@@ -97,24 +97,34 @@ c10d::ReduceOp reduce_op(int64_t op) { return c10d::ReduceOp(static_cast<RedOp>(
 
 // CPU kernels: what the executors run.
 
-Tensor all_reduce_cpu(const Tensor& input, const optional<Tensor>&, int64_t op, int64_t id) {
-  std::shared_ptr<Group> g = find_group(id);
-  agree(*g, Kind::kAllReduce, input, op);
-  std::vector<Tensor> ts{input.clone(at::MemoryFormat::Contiguous)};
-  c10d::AllreduceOptions o;
-  o.reduceOp = reduce_op(op);
-  finish(g->transport->allreduce(ts, o), "all_reduce", *g);
-  return ts[0];
+// The transport works on dense buffers: `self` itself when it is one (a
+// DDP bucket), else a dense copy written back after.
+template <class Run>
+Tensor& in_place(Tensor& self, Run&& run) {
+  std::vector<Tensor> ts{self.is_contiguous() ? self : self.contiguous()};
+  run(ts);
+  if (!ts[0].is_same(self)) self.copy_(ts[0]);
+  return self;
 }
 
-Tensor broadcast_cpu(const Tensor& input, const optional<Tensor>&, int64_t root, int64_t id) {
+Tensor& all_reduce_cpu(Tensor& self, const optional<Tensor>&, int64_t op, int64_t id) {
   std::shared_ptr<Group> g = find_group(id);
-  agree(*g, Kind::kBroadcast, input, root);
-  std::vector<Tensor> ts{input.clone(at::MemoryFormat::Contiguous)};
-  c10d::BroadcastOptions o;
-  o.rootRank = root;
-  finish(g->transport->broadcast(ts, o), "broadcast", *g);
-  return ts[0];
+  agree(*g, Kind::kAllReduce, self, op);
+  return in_place(self, [&](std::vector<Tensor>& ts) {
+    c10d::AllreduceOptions o;
+    o.reduceOp = reduce_op(op);
+    finish(g->transport->allreduce(ts, o), "all_reduce", *g);
+  });
+}
+
+Tensor& broadcast_cpu(Tensor& self, const optional<Tensor>&, int64_t root, int64_t id) {
+  std::shared_ptr<Group> g = find_group(id);
+  agree(*g, Kind::kBroadcast, self, root);
+  return in_place(self, [&](std::vector<Tensor>& ts) {
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    finish(g->transport->broadcast(ts, o), "broadcast", *g);
+  });
 }
 
 std::vector<int64_t> gathered_sizes(const Tensor& input, int64_t size) {
@@ -151,9 +161,7 @@ Tensor reduce_scatter_cpu(const Tensor& input, const optional<Tensor>&, int64_t 
 
 // Meta kernels: the shapes the trace records.
 
-Tensor same_meta(const Tensor& input, const optional<Tensor>&, int64_t, int64_t) {
-  return at::empty_like(input);
-}
+Tensor& self_meta(Tensor& self, const optional<Tensor>&, int64_t, int64_t) { return self; }
 
 Tensor all_gather_meta(const Tensor& input, const optional<Tensor>&, int64_t id) {
   return at::empty(gathered_sizes(input, find_group(id)->size), input.options());
@@ -170,19 +178,20 @@ c10::TypedOperatorHandle<Fn> handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
 }
 
+using InPlaceFn = Tensor&(Tensor&, const optional<Tensor>&, int64_t, int64_t);
 using ReduceFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t, int64_t);
 using GatherFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t);
 
 }  // namespace
 
-Tensor all_reduce(const Tensor& input, const optional<Tensor>& after, int64_t op, int64_t group) {
-  static auto h = handle<ReduceFn>("disc::all_reduce");
-  return h.call(input, after, op, group);
+Tensor& all_reduce_(Tensor& self, const optional<Tensor>& after, int64_t op, int64_t group) {
+  static auto h = handle<InPlaceFn>("disc::all_reduce_");
+  return h.call(self, after, op, group);
 }
 
-Tensor broadcast(const Tensor& input, const optional<Tensor>& after, int64_t root, int64_t group) {
-  static auto h = handle<ReduceFn>("disc::broadcast");
-  return h.call(input, after, root, group);
+Tensor& broadcast_(Tensor& self, const optional<Tensor>& after, int64_t root, int64_t group) {
+  static auto h = handle<InPlaceFn>("disc::broadcast_");
+  return h.call(self, after, root, group);
 }
 
 Tensor all_gather(const Tensor& input, const optional<Tensor>& after, int64_t group) {
@@ -197,22 +206,22 @@ Tensor reduce_scatter(const Tensor& input, const optional<Tensor>& after, int64_
 }
 
 TORCH_LIBRARY_FRAGMENT(disc, m) {
-  m.def("all_reduce(Tensor input, Tensor? after, int reduce_op, int group) -> Tensor");
-  m.def("broadcast(Tensor input, Tensor? after, int root, int group) -> Tensor");
+  m.def("all_reduce_(Tensor(a!) self, Tensor? after, int reduce_op, int group) -> Tensor(a!)");
+  m.def("broadcast_(Tensor(a!) self, Tensor? after, int root, int group) -> Tensor(a!)");
   m.def("all_gather(Tensor input, Tensor? after, int group) -> Tensor");
   m.def("reduce_scatter(Tensor input, Tensor? after, int reduce_op, int group) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(disc, CPU, m) {
-  m.impl("all_reduce", TORCH_FN(all_reduce_cpu));
-  m.impl("broadcast", TORCH_FN(broadcast_cpu));
+  m.impl("all_reduce_", TORCH_FN(all_reduce_cpu));
+  m.impl("broadcast_", TORCH_FN(broadcast_cpu));
   m.impl("all_gather", TORCH_FN(all_gather_cpu));
   m.impl("reduce_scatter", TORCH_FN(reduce_scatter_cpu));
 }
 
 TORCH_LIBRARY_IMPL(disc, Meta, m) {
-  m.impl("all_reduce", TORCH_FN(same_meta));
-  m.impl("broadcast", TORCH_FN(same_meta));
+  m.impl("all_reduce_", TORCH_FN(self_meta));
+  m.impl("broadcast_", TORCH_FN(self_meta));
   m.impl("all_gather", TORCH_FN(all_gather_meta));
   m.impl("reduce_scatter", TORCH_FN(reduce_scatter_meta));
 }

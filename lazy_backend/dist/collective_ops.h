@@ -1,14 +1,15 @@
-// The collectives as ops (disc::all_reduce, disc::broadcast,
+// The collectives as ops (disc::all_reduce_, disc::broadcast_,
 // disc::all_gather, disc::reduce_scatter): on disc tensors they are traced
 // like any op and become graph nodes; their CPU kernels, which the
 // executors run, call the group's transport (groups.h).
 //
 // Each takes `after`, the group's previous recorded collective (none for
 // the first): an input read only for its order, so that every graph runs a
-// group's collectives in the order they were called. Results are new
-// tensors (the backend copies them into the caller's): all_reduce and
-// broadcast of an input's shape, all_gather the inputs of all ranks
-// concatenated along dim 0, reduce_scatter this rank's 1/size of dim 0.
+// group's collectives in the order they were called. all_reduce_ and
+// broadcast_ work in place (a DDP bucket is reduced in its own buffer);
+// all_gather returns the inputs of all ranks concatenated along dim 0 and
+// reduce_scatter this rank's 1/size of dim 0, new tensors the backend
+// copies into the caller's.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -17,10 +18,10 @@
 
 namespace disc::dist {
 
-at::Tensor all_reduce(const at::Tensor& input, const std::optional<at::Tensor>& after,
-                      int64_t reduce_op, int64_t group);
-at::Tensor broadcast(const at::Tensor& input, const std::optional<at::Tensor>& after, int64_t root,
-                     int64_t group);
+at::Tensor& all_reduce_(at::Tensor& self, const std::optional<at::Tensor>& after, int64_t reduce_op,
+                        int64_t group);
+at::Tensor& broadcast_(at::Tensor& self, const std::optional<at::Tensor>& after, int64_t root,
+                       int64_t group);
 at::Tensor all_gather(const at::Tensor& input, const std::optional<at::Tensor>& after,
                       int64_t group);
 at::Tensor reduce_scatter(const at::Tensor& input, const std::optional<at::Tensor>& after,

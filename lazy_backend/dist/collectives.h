@@ -1,7 +1,7 @@
 // Collectives on disc tensors: the "disc" c10d backend (torch.distributed).
 //
 // A collective on disc tensors is not run when it is called: it is recorded
-// as a node of the step's graph (disc::all_reduce, disc::broadcast,
+// as a node of the step's graph (disc::all_reduce_, disc::broadcast_,
 // disc::all_gather, disc::reduce_scatter), so that DDP's gradient-bucket
 // all-reduces run on the graph worker inside the optimizer step's graph
 // instead of costing a sync each. The node runs the collective through the

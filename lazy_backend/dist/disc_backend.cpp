@@ -91,10 +91,10 @@ class DiscBackend final : public c10d::Backend {
     const RedOp op = checked_reduce_op(o.reduceOp, ts, "all_reduce");
     at::NoGradGuard no_grad;
     for (Tensor& t : ts) {
-      Tensor r = record([&](const auto& after) {
-        return dist::all_reduce(t, after, op == RedOp::AVG ? RedOp::SUM : op, id_);
+      record([&](const auto& after) -> Tensor {
+        return dist::all_reduce_(t, after, op == RedOp::AVG ? RedOp::SUM : op, id_);
       });
-      t.copy_(op == RedOp::AVG ? r / size_ : r);
+      if (op == RedOp::AVG) t.div_(size_);
     }
     return done(ts, c10d::OpType::ALLREDUCE);
   }
@@ -115,9 +115,7 @@ class DiscBackend final : public c10d::Backend {
     TORCH_CHECK(o.rootRank >= 0 && o.rootRank < size_, "disc: dist.broadcast from rank ", o.rootRank,
                 " in a group of ", size_);
     at::NoGradGuard no_grad;
-    ts[0].copy_(record([&](const auto& after) {
-      return dist::broadcast(ts[0], after, o.rootRank, id_);
-    }));
+    record([&](const auto& after) -> Tensor { return dist::broadcast_(ts[0], after, o.rootRank, id_); });
     return done(ts, c10d::OpType::BROADCAST);
   }
 
