@@ -21,7 +21,8 @@ Resources parse_resources(const std::string& log, const std::string& kernel) {
   const size_t end = log.find("entry function '", at + 1);
   const std::string part = log.substr(at, end == std::string::npos ? std::string::npos : end - at);
   std::smatch m;
-  if (std::regex_search(part, m, std::regex(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
+  const std::regex frame(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  if (std::regex_search(part, m, frame)) {
     r.stack_bytes = std::stoi(m[1]);
     r.spill_store_bytes = std::stoi(m[2]);
     r.spill_load_bytes = std::stoi(m[3]);

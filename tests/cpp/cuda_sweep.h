@@ -1,6 +1,9 @@
-// A sweep of element-wise fusion groups for the CUDA codegen's tests: every
+// A sweep of fusion groups for the CUDA codegen's tests: every element-wise
 // op the codegen emits, broadcast inputs, runtime scalars, bf16 and bool
-// tensors, each case a few ops over [4, 6] (some inputs broadcast from [6]).
+// tensors, each case a few ops over [4, 6] (some inputs broadcast from
+// [6]); and row groups: sums, means and maxima over the last dim, softmax,
+// log_softmax, _safe_softmax and their backward, with element-wise
+// producers (one read outside the group) and a 3-D space.
 #pragma once
 #include <functional>
 #include <vector>
@@ -74,6 +77,34 @@ inline std::vector<Case> sweep() {
     e.node->outputs[0].dtype = ir::DType::kBFloat16;
     return e;
   }});
+  const ir::Attr none = ir::Attr::none();
+  auto last = [](int64_t d) { return GraphBuilder::ints({d}); };
+  for (const char* op : {"aten::sum.dim_IntList", "aten::mean.dim"})
+    cases.push_back({op, [=](B& b) {
+      auto x = f(b), row = b.param({6});
+      auto e = b.op("aten::mul.Tensor", {x, row}, {4, 6});
+      return b.op(op, {e}, {4}, {last(1), B::boolean(false), none});
+    }});
+  cases.push_back({"amax of exp, the exp read outside", [=](B& b) {
+    auto e = b.op("aten::exp", {f(b)}, {4, 6});
+    auto m = b.op("aten::amax", {e}, {4, 1}, {last(1), B::boolean(true)});
+    return b.op("aten::sub.Tensor", {e, m}, {4, 6}, {B::scalar(1)});
+  }});
+  for (const char* op : {"aten::_softmax", "aten::_log_softmax"})
+    cases.push_back({op, [=](B& b) {
+      auto x = b.param({2, 3, 6}), mask = b.param({6});
+      auto s = b.op("aten::add.Tensor", {x, mask}, {2, 3, 6}, {B::scalar(1)});
+      return b.op(op, {s}, {2, 3, 6}, {B::integer(2), B::boolean(false)});
+    }});
+  cases.push_back({"_safe_softmax", [=](B& b) {
+    return b.op("aten::_safe_softmax", {f(b)}, {4, 6}, {B::integer(1), none});
+  }});
+  for (const char* op : {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"})
+    cases.push_back({op, [=](B& b) {
+      auto g = f(b), y = f(b);
+      ir::Attr dtype = ir::Attr::of_int(ir::Attr::Kind::kDType, static_cast<int64_t>(ir::DType::kFloat32));
+      return b.op(op, {g, y}, {4, 6}, {B::integer(1), dtype});
+    }});
   return cases;
 }
 

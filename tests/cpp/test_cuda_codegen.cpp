@@ -8,7 +8,7 @@
 
 #include "cuda_sweep.h"
 #include "graph_builder.h"
-#include "lowering/codegen/cuda_loop_kernel.h"
+#include "lowering/codegen/cuda_kernels.h"
 #include "runtime/nvrtc.h"
 
 using namespace disc;
@@ -28,7 +28,7 @@ std::vector<CudaKernel> sweep_kernels() {
     size_t emitted = 0;
     for (uint32_t g = 0; g < p.groups.size(); ++g) {
       std::string why;
-      std::optional<CudaKernel> k = emit_cuda_loop_kernel(p, g, &why);
+      std::optional<CudaKernel> k = emit_cuda_kernel(p, g, &why);
       EXPECT_TRUE(k) << c.name << ": group " << g << ": " << why;
       if (k) out.push_back(*k), ++emitted;
     }
@@ -62,7 +62,7 @@ TEST(CudaLoopKernel, IsShapeGenericAndNamedByItsText) {
   auto x = b.param({4, 6}), row = b.param({6});
   Program p = disc::testing::compiled({b.op("aten::mul.Tensor", {x, row}, {4, 6})});
   std::string why;
-  auto k = emit_cuda_loop_kernel(p, 0, &why);
+  auto k = emit_cuda_kernel(p, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_EQ(k->rank, 2u);
   EXPECT_EQ(k->inputs.size(), 2u);
@@ -72,23 +72,40 @@ TEST(CudaLoopKernel, IsShapeGenericAndNamedByItsText) {
   EXPECT_NE(k->source.find("strides[3]"), std::string::npos);  // input 1, axis 1
   EXPECT_EQ(k->source.find("extern \"C\" __global__ void " + k->name), k->source.find("extern"));
   // The same group again: the same text and name.
-  EXPECT_EQ(emit_cuda_loop_kernel(p, 0, &why)->name, k->name);
+  EXPECT_EQ(emit_cuda_kernel(p, 0, &why)->name, k->name);
 }
 
-TEST(CudaLoopKernel, DeclinesRowGroups) {
+TEST(CudaRowKernel, DeclinesColumnSums) {
+  // nn.Linear's bias gradient: a sum over the leading dims, which the CPU
+  // kernels compute as per-chunk column partials.
   GraphBuilder b;
-  auto x = b.param({4, 6});
-  auto s = b.op("aten::_softmax", {x}, {4, 6}, {GraphBuilder::integer(-1), GraphBuilder::boolean(false)});
-  Program p = disc::testing::compiled({s});
+  auto col = b.op("aten::sum.dim_IntList", {b.param({4, 6})}, {6},
+                  {GraphBuilder::ints({0}), GraphBuilder::boolean(false), ir::Attr::none()});
+  Program p = disc::testing::compiled({col});
   ASSERT_EQ(p.groups.size(), 1u);
   std::string why;
-  EXPECT_FALSE(emit_cuda_loop_kernel(p, 0, &why));
-  EXPECT_NE(why.find("kLoop kernels only"), std::string::npos) << why;
+  EXPECT_FALSE(emit_cuda_kernel(p, 0, &why));
+  EXPECT_NE(why.find("a column reduction: no CUDA codegen yet"), std::string::npos) << why;
+}
+
+TEST(CudaRowKernel, ReducesOverTheBlockAndWritesRowsFromThreadZero) {
+  GraphBuilder b;
+  auto s = b.op("aten::_softmax", {b.param({4, 6})}, {4, 6},
+                {GraphBuilder::integer(1), GraphBuilder::boolean(false)});
+  Program p = disc::testing::compiled({s});
+  std::string why;
+  auto k = emit_cuda_kernel(p, 0, &why);
+  ASSERT_TRUE(k) << why;
+  EXPECT_EQ(k->name.rfind("disc_row_", 0), 0u);
+  EXPECT_NE(k->source.find("disc_block_max(acc, disc_part)"), std::string::npos);
+  EXPECT_NE(k->source.find("disc_block_sum(acc, disc_part)"), std::string::npos);
+  EXPECT_NE(k->source.find("for (long long row = blockIdx.x; row < rows; row += gridDim.x)"),
+            std::string::npos);
 }
 
 TEST(CudaLoopKernel, SweepCompilesForSm80AndSm90WithoutSpills) {
   std::vector<CudaKernel> kernels = sweep_kernels();
-  ASSERT_GE(kernels.size(), 15u);
+  ASSERT_GE(kernels.size(), 24u);
   if (!runtime::nvrtc::available()) GTEST_SKIP() << "built without the CUDA toolkit (NVRTC)";
   for (const CudaKernel& k : kernels) {
     for (const char* arch : {"sm_80", "sm_90"}) {
@@ -96,8 +113,8 @@ TEST(CudaLoopKernel, SweepCompilesForSm80AndSm90WithoutSpills) {
       EXPECT_FALSE(c.cubin.empty()) << k.name << " " << arch;
       const runtime::nvrtc::Resources& r = c.resources;
       EXPECT_GT(r.registers, 0) << k.name << " " << arch << ":\n" << c.log;
-      // An element-wise kernel fits 64 registers (full occupancy at 1024
-      // threads a block on both) and never touches local memory.
+      // These kernels fit 64 registers (full occupancy at 1024 threads a
+      // block on both) and never touch local memory.
       EXPECT_LE(r.registers, 64) << k.name << " " << arch << ":\n" << k.source;
       EXPECT_EQ(r.spill_store_bytes + r.spill_load_bytes, 0) << k.name << " " << arch;
       EXPECT_EQ(r.stack_bytes, 0) << k.name << " " << arch;
