@@ -342,7 +342,8 @@ std::optional<std::string> Emitter::row_body(std::string* why) {
   const bool reduction = op == Op::kSumDims || op == Op::kMeanDims || op == Op::kAmax;
   const bool softmax = op == Op::kSoftmax || op == Op::kLogSoftmax || op == Op::kSafeSoftmax;
   const bool backward = op == Op::kSoftmaxBackward || op == Op::kLogSoftmaxBackward;
-  if (!reduction && !softmax && !backward) {
+  const bool layer_norm = op == Op::kLayerNorm;
+  if (!reduction && !softmax && !backward && !layer_norm) {
     if (why) *why = ir::op_name(p_.ops[row_op()].node->op) + ": no CUDA row codegen yet";
     return std::nullopt;
   }
@@ -408,6 +409,38 @@ std::optional<std::string> Emitter::row_body(std::string* why) {
       else store(out0, "row * n + j", let("out" + std::to_string(out0) + "[row * n + j] * " + scale));
       return std::string();
     });
+  } else if (layer_norm) {  // mean, the centred sum of squares, normalize + affine
+    const ir::Node& node = *p_.ops[row_op()].node;
+    auto tensor_input = [&](size_t operand) {  // its index among the tensor inputs, or -1
+      return operand < node.operands.size() && node.operands[operand].kind == ir::Operand::Kind::kTensor
+                 ? static_cast<int>(node.operands[operand].first)
+                 : -1;
+    };
+    const int w = tensor_input(2), bias = tensor_input(3);
+    const std::string sum = pass(Acc::kAdd, [&] { return producers(true)[0]; });
+    const std::string mean = let(sum + " / static_cast<float>(n)");
+    const std::string sq = pass(Acc::kAdd, [&] {
+      const std::string d = let(producers(false)[0] + " - " + mean);
+      return let(d + " * " + d);
+    });
+    const std::string var = let(sq + " / static_cast<float>(n)");
+    const std::string rstd = let("1.0f / sqrtf(" + var + " + " + scalar(row_op(), 4) + ")");
+    pass(std::nullopt, [&] {
+      std::vector<std::string> in = producers(false);
+      std::string y = let("(" + in[0] + " - " + mean + ") * " + rstd);
+      if (w >= 0) y = let(y + " * " + in.at(w));
+      if (bias >= 0) y = let(y + " + " + in.at(bias));
+      store(out0, "row * n + j", y);
+      return std::string();
+    });
+    for (uint32_t k : {1u, 2u}) {  // mean and rstd, where the graph reads them
+      const size_t slot = slot_of(row_op(), k);
+      if (slot == k_.outputs.size()) continue;
+      out_ << "    if (threadIdx.x == 0) ";
+      indent_ = "";
+      store(slot, "row", k == 1 ? mean : rstd);
+      indent_ = "    ";
+    }
   } else {  // softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g)
     const bool log = op == Op::kLogSoftmaxBackward;
     const std::string sum = pass(Acc::kAdd, [&] {

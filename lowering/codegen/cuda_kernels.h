@@ -11,11 +11,11 @@
 //   kLoop (element-wise, broadcasts): one thread per element of the space
 //     in a grid-stride loop (any launch configuration);
 //   kInput (sum / mean / amax over the last dim) and kStitch (softmax,
-//     log_softmax, _safe_softmax and their backward): one block per row
+//     log_softmax, _safe_softmax and their backward, layer norm): one block per row
 //     (rows grid-strided), its threads striding over the row's columns in
 //     each of the CPU kernel's passes, a pass's partials combined over the
 //     block by warp shuffles and shared memory; blockDim.x a multiple of
-//     warpSize. Layer norm and column sums are declined.
+//     warpSize. Layer norm's backward and column sums are declined.
 //
 //   extern "C" __global__ void NAME(const T0* in0, ..., O0* out0, ...,
 //       const long long* sizes, const long long* strides,

@@ -6,6 +6,7 @@
 // producers (one read outside the group) and a 3-D space.
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "graph_builder.h"
@@ -20,6 +21,34 @@ inline ir::Attr text(const char* s) {
 }
 
 inline ir::Attr runtime_scalar(double v) { return GraphBuilder::scalar(v); }
+
+// native_layer_norm(x, [6], weight?, bias?, 1e-5) over [4, 6], its operands
+// in the schema's order (GraphBuilder puts tensors first).
+inline ir::NodePtr layer_norm(GraphBuilder& b, ir::Value x, std::optional<ir::Value> w,
+                              std::optional<ir::Value> bias) {
+  std::vector<ir::Value> ins{x};
+  if (w) ins.push_back(*w);
+  if (bias) ins.push_back(*bias);
+  ir::NodePtr n = b.multi("aten::native_layer_norm", ins, {{4, 6}, {4, 1}, {4, 1}},
+                          {GraphBuilder::ints({6}), GraphBuilder::scalar(1e-5)});
+  using K = ir::Operand::Kind;
+  std::vector<ir::Attr> attrs = n->attrs;  // [6], eps
+  n->attrs = {attrs[0]};
+  n->operands = {{K::kTensor, 0, 1}, {K::kAttr, 0, 1}};
+  uint32_t next = 1;
+  for (bool present : {w.has_value(), bias.has_value()}) {
+    if (present) {
+      n->operands.push_back({K::kTensor, next++, 1});
+    } else {
+      n->operands.push_back({K::kAttr, static_cast<uint32_t>(n->attrs.size()), 1});
+      n->attrs.push_back(ir::Attr::none());
+    }
+  }
+  n->operands.push_back({K::kAttr, static_cast<uint32_t>(n->attrs.size()), 1});
+  n->attrs.push_back(attrs[1]);
+  n->finalize();
+  return n;
+}
 
 struct Case {
   const char* name;
@@ -105,6 +134,13 @@ inline std::vector<Case> sweep() {
       ir::Attr dtype = ir::Attr::of_int(ir::Attr::Kind::kDType, static_cast<int64_t>(ir::DType::kFloat32));
       return b.op(op, {g, y}, {4, 6}, {B::integer(1), dtype});
     }});
+  cases.push_back({"layer norm, with and without an affine", [=](B& b) {
+    auto x = f(b), w = b.param({6}), bias = b.param({6}), res = f(b);
+    auto sum = b.op("aten::add.Tensor", {x, res}, {4, 6}, {B::scalar(1)});
+    auto ln = layer_norm(b, sum, w, bias);
+    auto plain = layer_norm(b, {ln, 0}, std::nullopt, std::nullopt);
+    return ir::Value{plain, 0};
+  }});
   return cases;
 }
 
