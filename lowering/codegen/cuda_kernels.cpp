@@ -94,8 +94,8 @@ class Emitter {
 
  private:
   enum class Acc { kAdd, kMax };
-  // Opens the grid-stride loop and splits index `index` over dims
-  // [0, dims) into each input's offset o<k>.
+  // Splits index `index` (an element, or a row) over dims [0, dims) into
+  // each input's offset o<k>.
   void offsets(const char* index, uint32_t dims, const char* indent);
   // The element-wise producers at the current element; the row op's input
   // values. Producers read outside the group are stored when `store`.
