@@ -91,9 +91,7 @@ class DiscBackend final : public c10d::Backend {
     const RedOp op = checked_reduce_op(o.reduceOp, ts, "all_reduce");
     at::NoGradGuard no_grad;
     for (Tensor& t : ts) {
-      record([&](const auto& after) -> Tensor {
-        return dist::all_reduce_(t, after, op == RedOp::AVG ? RedOp::SUM : op, id_);
-      });
+      record([&](const auto& after) -> Tensor { return dist::all_reduce_(t, after, on_wire(op), id_); });
       if (op == RedOp::AVG) t.div_(size_);
     }
     return done(ts, c10d::OpType::ALLREDUCE);
@@ -130,9 +128,7 @@ class DiscBackend final : public c10d::Backend {
                   "disc: dist.all_gather of disc tensors needs disc output tensors");
       TORCH_CHECK(static_cast<int>(outs[i].size()) == size_, "disc: dist.all_gather needs ", size_,
                   " output tensors (one per rank), got ", outs[i].size());
-      Tensor rows = record([&](const auto& after) {
-        return dist::all_gather(ins[i].reshape({1, -1}), after, id_);
-      });
+      Tensor rows = gathered_rows(ins[i]);
       for (int r = 0; r < size_; ++r) {
         check_numel(outs[i][r], ins[i].numel(), "all_gather");
         outs[i][r].copy_(rows[r].view(outs[i][r].sizes()));
@@ -149,9 +145,7 @@ class DiscBackend final : public c10d::Backend {
     if (on_host(both, "all_gather_into_tensor")) return transport()._allgather_base(out, in, o);
     check_numel(out, in.numel() * size_, "all_gather_into_tensor");
     at::NoGradGuard no_grad;
-    out.copy_(record([&](const auto& after) {
-      return dist::all_gather(in.reshape({1, -1}), after, id_);
-    }).view(out.sizes()));
+    out.copy_(gathered_rows(in).view(out.sizes()));
     return done({out}, c10d::OpType::_ALLGATHER_BASE);
   }
 
@@ -170,7 +164,7 @@ class DiscBackend final : public c10d::Backend {
     const RedOp op = checked_reduce_op(o.reduceOp, both, "reduce_scatter_tensor");
     at::NoGradGuard no_grad;
     Tensor r = record([&](const auto& after) {
-      return dist::reduce_scatter(in.reshape({size_, -1}), after, op == RedOp::AVG ? RedOp::SUM : op, id_);
+      return dist::reduce_scatter(in.reshape({size_, -1}), after, on_wire(op), id_);
     });
     out.copy_((op == RedOp::AVG ? r / size_ : r).view(out.sizes()));
     return done({out}, c10d::OpType::_REDUCE_SCATTER_BASE);
@@ -225,6 +219,16 @@ class DiscBackend final : public c10d::Backend {
     ++recorded;
     return r;
   }
+
+  // Every rank's `in` as one row of a [size, numel] tensor, recorded.
+  Tensor gathered_rows(const Tensor& in) {
+    return record(
+        [&](const auto& after) { return dist::all_gather(in.reshape({1, -1}), after, id_); });
+  }
+
+  // The operator the transport runs: Gloo has no AVG, so the sum, divided
+  // by the group's size after.
+  static RedOp on_wire(RedOp op) { return op == RedOp::AVG ? RedOp::SUM : op; }
 
   bool recorded_any() {
     std::lock_guard<std::mutex> lock(mu_);
