@@ -46,27 +46,24 @@ static __device__ __forceinline__ float disc_neg_inf() { return __uint_as_float(
 static __device__ __forceinline__ float disc_max_nan(float a, float b) {
   return (a > b || a != a) ? a : b;
 }
-// Sums (maxima) of v over the block, for every thread: warp shuffles, then
-// the warps' results through shared memory. blockDim.x is a multiple of
-// warpSize.
-static __device__ float disc_block_sum(float v, float* part) {
-  for (int o = warpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+// v combined over the block by `f` (disc_add, disc_max), for every thread:
+// warp shuffles, then the warps' results through shared memory. blockDim.x
+// is a multiple of warpSize.
+struct disc_add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct disc_max {
+  __device__ float operator()(float a, float b) const { return disc_max_nan(a, b); }
+};
+template <class F>
+static __device__ float disc_block_reduce(float v, float* part, float identity, F f) {
+  for (int o = warpSize / 2; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int warps = (blockDim.x + warpSize - 1) / warpSize;
   __syncthreads();
   if (threadIdx.x % warpSize == 0) part[threadIdx.x / warpSize] = v;
   __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < warps; ++w) total += part[w];
-  return total;
-}
-static __device__ float disc_block_max(float v, float* part) {
-  for (int o = warpSize / 2; o > 0; o >>= 1) v = disc_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warps = (blockDim.x + warpSize - 1) / warpSize;
-  __syncthreads();
-  if (threadIdx.x % warpSize == 0) part[threadIdx.x / warpSize] = v;
-  __syncthreads();
-  float total = disc_neg_inf();
-  for (int w = 0; w < warps; ++w) total = disc_max_nan(total, part[w]);
+  float total = identity;
+  for (int w = 0; w < warps; ++w) total = f(total, part[w]);
   return total;
 }
 )";
@@ -328,8 +325,8 @@ std::string Emitter::loop_body() {
 // A value reduced over the block: every thread's partial, then the
 // block's total (or maximum), which every thread gets.
 std::string Emitter::reduced(Acc a, const std::string& value) {
-  return let(std::string(a == Acc::kAdd ? "disc_block_sum(" : "disc_block_max(") + value +
-             ", disc_part)");
+  return let("disc_block_reduce(" + value + ", disc_part, " +
+             (a == Acc::kAdd ? "0.0f, disc_add())" : "disc_neg_inf(), disc_max())"));
 }
 
 // One block per row (rows grid-strided): the block's threads stride over

@@ -97,8 +97,9 @@ TEST(CudaRowKernel, ReducesOverTheBlockAndWritesRowsFromThreadZero) {
   auto k = emit_cuda_kernel(p, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_EQ(k->name.rfind("disc_row_", 0), 0u);
-  EXPECT_NE(k->source.find("disc_block_max(acc, disc_part)"), std::string::npos);
-  EXPECT_NE(k->source.find("disc_block_sum(acc, disc_part)"), std::string::npos);
+  EXPECT_NE(k->source.find("disc_block_reduce(acc, disc_part, disc_neg_inf(), disc_max())"),
+            std::string::npos);
+  EXPECT_NE(k->source.find("disc_block_reduce(acc, disc_part, 0.0f, disc_add())"), std::string::npos);
   EXPECT_NE(k->source.find("for (long long row = blockIdx.x; row < rows; row += gridDim.x)"),
             std::string::npos);
 }
