@@ -51,6 +51,16 @@ def sampler(n: int, seed: int):
     return DistributedSampler(range(n), shuffle=True, seed=seed, drop_last=True)
 
 
+def epoch_order(n: int, epoch: int, generator: torch.Generator, shards) -> torch.Tensor:
+    """This process's sample order for one epoch: a shuffle of all ``n`` by
+    ``generator`` in one process, or this rank's shard of the epoch's
+    shuffle (``shards``: what sampler() returned)."""
+    if shards is None:
+        return torch.randperm(n, generator=generator)
+    shards.set_epoch(epoch)
+    return torch.tensor(list(shards), dtype=torch.long)
+
+
 def mean_over_ranks(t: torch.Tensor) -> torch.Tensor:
     """The mean of ``t`` over all ranks (a loss to log); ``t`` in one process.
     On disc the all-reduce is recorded into the step's graph: no sync."""

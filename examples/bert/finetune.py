@@ -350,11 +350,7 @@ def main(argv=None):
         steps_left = None if args.max_steps is None else args.max_steps - len(losses)
         if steps_left is not None and steps_left <= 0:
             break
-        if sampler is None:
-            order = torch.randperm(len(train_ids), generator=generator).tolist()
-        else:
-            sampler.set_epoch(epoch)
-            order = list(sampler)
+        order = ddp.epoch_order(len(train_ids), epoch, generator, sampler).tolist()
         epoch_losses, train_secs = train_epoch(
             trained, opt, scheduler, train_ids, train.labels, args, device, sync,
             tokenizer.pad_token_id, order, steps_left, desc=f"epoch {epoch}/{args.epochs}")

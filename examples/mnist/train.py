@@ -107,15 +107,6 @@ def parse_args(argv=None):
 AUTOCAST_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def epoch_order(n, epoch, generator, sampler):
-    """This process's sample order for one epoch: a shuffle of all ``n``, or
-    under torchrun this rank's shard of the epoch's shuffle."""
-    if sampler is None:
-        return torch.randperm(n, generator=generator)
-    sampler.set_epoch(epoch)
-    return torch.tensor(list(sampler), dtype=torch.long)
-
-
 def train_epoch(model, opt, order, x, y, args, device, sync, max_steps, desc):
     """Run one shuffled epoch, stopping early after ``max_steps`` (None: no cap).
 
@@ -183,7 +174,7 @@ def main(argv=None):
         steps_left = None if args.max_steps is None else args.max_steps - len(losses)
         if steps_left is not None and steps_left <= 0:
             break
-        order = epoch_order(len(x_train), epoch, generator, sampler)
+        order = ddp.epoch_order(len(x_train), epoch, generator, sampler)
         epoch_losses, n, secs = train_epoch(
             model, opt, order, x_train, y_train, args, device, sync,
             steps_left, desc=f"epoch {epoch}/{args.epochs}",
