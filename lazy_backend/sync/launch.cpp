@@ -163,7 +163,7 @@ bool restore(Launch& l, size_t k) {
   try {
     const at::Tensor* data = data_of(*before.node);
     // A leaf, or a constant to compute.
-    d->fulfil_restored(data ? *data : run_now({before}).front(), failure_of(l.writers[k]));
+    d->fulfil(data ? *data : run_now({before}).front(), failure_of(l.writers[k]));
   } catch (...) {  // the earlier value failed too (a buffer a failed step created)
     d->fail(std::current_exception());
   }

@@ -123,18 +123,11 @@ void TensorData::set(State s) {
   cv_.notify_all();
 }
 
-void TensorData::fulfil(at::Tensor t) {
+void TensorData::fulfil(at::Tensor t, std::exception_ptr restored_after) {
   std::lock_guard<std::mutex> lock(mu_);
   if (resolved()) return;
   tensor_ = std::move(t);
-  set(kReady);
-}
-
-void TensorData::fulfil_restored(at::Tensor t, std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (resolved()) return;
-  tensor_ = std::move(t);
-  restored_after_ = std::move(error);
+  restored_after_ = std::move(restored_after);
   set(kReady);
 }
 

@@ -34,12 +34,12 @@ class TensorData : public ir::Payload {
   bool ready() const { return state() == kReady; }
   // Fulfilled or failed. Both are no-ops once it is either.
   bool resolved() const { return state() == kReady || state() == kFailed; }
-  void fulfil(at::Tensor t);
+  // `restored_after`: t is its buffer's value from before a graph that
+  // failed with that error (the sync's recovery): a read by the thread that
+  // still owes the failure raises it, rather than see the old value as the
+  // new one.
+  void fulfil(at::Tensor t, std::exception_ptr restored_after = nullptr);
   void fail(std::exception_ptr e);
-  // Fulfilled with its buffer's value from before a graph that failed with
-  // `error` (the sync's recovery): a read by the thread that still owes
-  // that failure raises it, rather than see the old value as the new one.
-  void fulfil_restored(at::Tensor t, std::exception_ptr error);
   const std::exception_ptr& restored_after() const { return restored_after_; }
   // The graph failed before computing it: the next thread that waits for it
   // asks the sync to recover the graph (set_future_settler), which fulfils
