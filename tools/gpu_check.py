@@ -3,7 +3,9 @@
 GPU at hand, launched with several launch configurations (one block,
 many, block sizes from one warp to 1024 threads: the kernels are
 grid-strided and their results must not depend on it) and compared with
-the CPU kernels' outputs written beside it.
+the CPU kernels' outputs written beside it. Per-column outputs are partial
+rows (one per block or chunk of rows), added up here as the launcher adds
+them.
 
     python3 tools/gpu_check.py DIR
 
@@ -29,21 +31,46 @@ def as_float(raw, bf16):
 
 
 def launch_configs(meta):
-    """(grid, block) pairs: block sizes are whole warps (row kernels need it)."""
+    """(grid, block) pairs: block sizes are whole warps (row kernels need it);
+    column kernels have a 2-D grid (x over columns, y over chunks of rows)."""
     if meta["kind"] == "loop":
         total = meta["total"]
-        return [(1, 32), ((total + 255) // 256, 256), (min(80, (total + 1023) // 1024), 1024)]
+        return [((1,), 32), (((total + 255) // 256,), 256), ((min(80, (total + 1023) // 1024),), 1024)]
     rows = meta["rows"]
-    return [(rows, 32), (min(rows, 64), 128), (7, 1024), (rows, 96)]
+    if meta["kind"] == "column":
+        n = meta["sizes"][-1]
+        return [((1, 1), 32), (((n + 127) // 128, min(rows, 16)), 128), ((1, 7), 1024), ((3, rows), 64)]
+    return [((rows,), 32), ((min(rows, 64),), 128), ((7,), 1024), ((rows,), 96)]
 
 
-def mismatches(got, want, bf16):
+def partial_rows(meta, grid):
+    """How many partial rows a per-column output has in this launch: a block's
+    (row kernels), a chunk's (column kernels), one per index of dim 0."""
+    if meta["per_outer"]:
+        return meta["sizes"][0]
+    return grid[0] if meta["kind"] == "row" else grid[1]
+
+
+def combined(meta, out, spec, grid):
+    """An output as the launcher combines it: per-column partial rows added
+    up, or their maximum (a per_outer kernel's rows are the result). A mean
+    is divided after that, on both sides: the expected values are sums too."""
+    if not spec["per_column"] or meta["per_outer"]:
+        return out
+    rows = out.reshape(partial_rows(meta, grid), -1)
+    return rows.max(axis=0) if spec["max"] else rows.sum(axis=0)
+
+
+def mismatches(got, want, bf16, per_column):
     """Indices where got differs from want beyond float32 rounding (bf16: its
-    precision); NaN must meet NaN."""
+    precision); NaN must meet NaN. A per-column sum adds its rows in another
+    order than the CPU's: an error of the column's magnitude is allowed too."""
     g, w = as_float(got, bf16), as_float(want, bf16)
     tol = (1e-2 * np.abs(w)) if bf16 else (2e-6 * np.abs(w) + 1e-6)
     # GPU math functions differ from the CPU's by an ulp or two: a few ulps more.
     tol = tol * 4
+    if per_column and len(w):
+        tol = tol + 1e-5 * np.nanmax(np.abs(w))
     nan = np.isnan(w)
     bad = np.where(nan, ~np.isnan(g), ~(np.abs(g - w) <= tol))
     return np.flatnonzero(bad)
@@ -73,18 +100,23 @@ def check(directory):
         strides = cp.asarray(np.array(meta["strides"], dtype=np.int64))
         scalars = cp.asarray(np.array(meta["scalars"] or [0.0], dtype=np.float64))
         last = np.int64(meta["total"] if meta["kind"] == "loop" else meta["rows"])
+        n = meta["sizes"][-1]
         for grid, block in launch_configs(meta):
-            outputs = [cp.zeros(o["count"], dtype=np.uint16 if o["bf16"] else np.float32)
+            # NaN, not zeros: a kernel must write (or clear) all that is read back.
+            outputs = [cp.full(n * partial_rows(meta, grid) if o["per_column"] else o["count"],
+                               0x7FC1 if o["bf16"] else np.nan,
+                               dtype=np.uint16 if o["bf16"] else np.float32)
                        for o in meta["outputs"]]
-            kernel((grid,), (block,), (*inputs, *outputs, sizes, strides, scalars, last))
+            kernel(grid, (block,), (*inputs, *outputs, sizes, strides, scalars, last))
             cp.cuda.Device().synchronize()
             runs += 1
             for k, (out, want) in enumerate(zip(outputs, expected)):
-                bad = mismatches(cp.asnumpy(out), want, meta["outputs"][k]["bf16"])
+                got = combined(meta, cp.asnumpy(out), meta["outputs"][k], grid)
+                bad = mismatches(got, want, meta["outputs"][k]["bf16"], meta["outputs"][k]["per_column"])
                 if len(bad):
                     failures += 1
                     i = bad[0]
-                    got_v = as_float(cp.asnumpy(out), meta["outputs"][k]["bf16"])[i]
+                    got_v = as_float(got, meta["outputs"][k]["bf16"])[i]
                     want_v = as_float(want, meta["outputs"][k]["bf16"])[i]
                     print(f"MISMATCH {path.stem} {meta['case']} ({meta['kind']}) grid {grid} block "
                           f"{block} output {k}: {len(bad)} of {len(want)} differ; first at {i}: "

@@ -1,5 +1,6 @@
 #include "lowering/codegen/cuda_kernels.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -25,6 +26,15 @@ const char* c_type(ir::DType t) {
     case ir::DType::kBFloat16: return "unsigned short";  // the bits
     default: return nullptr;
   }
+}
+
+// A sum / mean / amax over the leading dims: its result (output 0 of the
+// row op) is per column. Layer norm's backward sums per column too, but
+// its outputs 1 and 2, beside a row op's output 0.
+bool reduces_columns(const KernelInterface& k) {
+  return std::any_of(k.outputs.begin(), k.outputs.end(), [](const KernelOutput& o) {
+    return o.extent == KernelOutput::Extent::kPerColumn && o.index == 0;
+  });
 }
 
 // bf16 as ATen converts: widening is a shift; narrowing rounds to nearest,
@@ -88,6 +98,7 @@ class Emitter {
   std::string loop_body();
   // nullopt (with why) for a row op without CUDA codegen.
   std::optional<std::string> row_body(std::string* why);
+  std::string column_body();
 
  private:
   enum class Acc { kAdd, kMax };
@@ -101,7 +112,21 @@ class Emitter {
   void store(size_t slot, const std::string& index, const std::string& value);
   size_t slot_of(uint32_t op, uint32_t index) const;
   uint32_t row_op() const { return p_.groups[k_.group].ops.back(); }
-
+  // The row op's operand `operand` as an index among its tensor inputs, or
+  // -1 where it is no tensor (an absent weight).
+  int tensor_input(size_t operand) const;
+  // One pass over the row: `each` writes the body at column j and returns
+  // one value per accumulator in `accs` (none: a pass that only stores);
+  // returns the accumulators' block totals.
+  using Each = std::function<std::vector<std::string>()>;
+  std::vector<std::string> pass(const std::vector<Acc>& accs, const Each& each);
+  void reduction();
+  void softmax();
+  void softmax_backward();
+  void layer_norm();
+  void layer_norm_backward();
+  // Writes a per-row value from thread 0.
+  void store_row(size_t slot, const std::string& value);
   std::string let(const std::string& expr) {
     const std::string name = "v" + std::to_string(next_++);
     out_ << indent_ << "const float " << name << " = " << expr << ";\n";
@@ -123,6 +148,7 @@ class Emitter {
   std::map<size_t, std::string> loaded_;
   bool row_ = false;
   int passes_ = 0;  // over the row, so far
+  int scopes_ = 0;  // each pass after the first opens one: its accumulators are its own
   std::string indent_ = "    ";
 };
 
@@ -329,131 +355,217 @@ std::string Emitter::reduced(Acc a, const std::string& value) {
              (a == Acc::kAdd ? "0.0f, disc_add())" : "disc_neg_inf(), disc_max())"));
 }
 
+int Emitter::tensor_input(size_t operand) const {
+  const ir::Node& node = *p_.ops[row_op()].node;
+  return operand < node.operands.size() && node.operands[operand].kind == ir::Operand::Kind::kTensor
+             ? static_cast<int>(node.operands[operand].first)
+             : -1;
+}
+
+std::vector<std::string> Emitter::pass(const std::vector<Acc>& accs, const Each& each) {
+  if (passes_++ > 0) {
+    out_ << "    {\n";
+    ++scopes_;
+  }
+  for (size_t a = 0; a < accs.size(); ++a)
+    out_ << "    float acc" << a << " = " << (accs[a] == Acc::kAdd ? "0.0f" : "disc_neg_inf()") << ";\n";
+  out_ << "    for (long long j = threadIdx.x; j < n; j += blockDim.x) {\n";
+  indent_ = "      ";
+  const std::vector<std::string> v = each();
+  for (size_t a = 0; a < accs.size(); ++a) {
+    const std::string acc = "acc" + std::to_string(a);
+    out_ << indent_ << acc << " = "
+         << (accs[a] == Acc::kAdd ? acc + " + " + v.at(a) : "disc_max_nan(" + acc + ", " + v.at(a) + ")")
+         << ";\n";
+  }
+  indent_ = "    ";
+  out_ << "    }\n";
+  std::vector<std::string> totals;
+  for (size_t a = 0; a < accs.size(); ++a) totals.push_back(reduced(accs[a], "acc" + std::to_string(a)));
+  return totals;
+}
+
+void Emitter::store_row(size_t slot, const std::string& value) {
+  out_ << "    if (threadIdx.x == 0) ";
+  indent_ = "";
+  store(slot, "row", value);
+  indent_ = "    ";
+}
+
 // One block per row (rows grid-strided): the block's threads stride over
 // the row's n columns, each pass a loop over them; a pass's partials are
 // combined over the block (warp shuffles, then shared memory), and a
-// row's results are written by thread 0.
+// row's results are written by thread 0. Layer norm's backward sums its
+// weight and bias gradients per column into the block's own partial row
+// (blockIdx.x of [gridDim.x, n]), cleared first; the launcher adds the
+// blocks' rows up, as it adds the CPU kernel's chunks.
 std::optional<std::string> Emitter::row_body(std::string* why) {
   row_ = true;
   const Op op = op_of(p_.ops[row_op()].node->op);
-  const bool reduction = op == Op::kSumDims || op == Op::kMeanDims || op == Op::kAmax;
-  const bool softmax = op == Op::kSoftmax || op == Op::kLogSoftmax || op == Op::kSafeSoftmax;
+  const bool reduces = op == Op::kSumDims || op == Op::kMeanDims || op == Op::kAmax;
+  const bool softmaxes = op == Op::kSoftmax || op == Op::kLogSoftmax || op == Op::kSafeSoftmax;
   const bool backward = op == Op::kSoftmaxBackward || op == Op::kLogSoftmaxBackward;
-  const bool layer_norm = op == Op::kLayerNorm;
-  if (!reduction && !softmax && !backward && !layer_norm) {
+  const bool ln_backward = op == Op::kLayerNormBackward;
+  if (!reduces && !softmaxes && !backward && op != Op::kLayerNorm && !ln_backward) {
     if (why) *why = ir::op_name(p_.ops[row_op()].node->op) + ": no CUDA row codegen yet";
     return std::nullopt;
   }
-  for (const KernelOutput& o : k_.outputs)
-    if (o.extent == KernelOutput::Extent::kPerColumn) {
-      if (why) *why = "a column reduction: no CUDA codegen yet";
-      return std::nullopt;
-    }
-  const size_t out0 = slot_of(row_op(), 0);
   const uint32_t R = k_.rank;
   out_ << "  __shared__ float disc_part[32];\n"
-       << "  const long long n = sizes[" << R - 1 << "];\n"
-       << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+       << "  const long long n = sizes[" << R - 1 << "];\n";
+  for (const KernelOutput& o : k_.outputs)
+    if (o.extent == KernelOutput::Extent::kPerColumn)
+      out_ << "  for (long long j = threadIdx.x; j < n; j += blockDim.x) out" << slot_of(o.op, o.index)
+           << "[blockIdx.x * n + j] = 0.0f;\n";
+  out_ << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
   offsets("row", R - 1, "    ");
-  // One pass over the row: `each` writes the body at column j (into the
-  // loop's scope) and returns the value to fold, or "" for none.
-  int scopes = 0;  // each pass after the first opens one: its acc is its own
-  auto pass = [&](std::optional<Acc> acc, const std::function<std::string()>& each) {
-    std::string total;
-    if (passes_++ > 0) {
-      out_ << "    {\n";
-      ++scopes;
-    }
-    if (acc) out_ << "    float acc = " << (*acc == Acc::kAdd ? "0.0f" : "disc_neg_inf()") << ";\n";
-    out_ << "    for (long long j = threadIdx.x; j < n; j += blockDim.x) {\n";
-    indent_ = "      ";
-    const std::string v = each();
-    if (acc)
-      out_ << indent_ << "acc = "
-           << (*acc == Acc::kAdd ? "acc + " + v : "disc_max_nan(acc, " + v + ")") << ";\n";
-    indent_ = "    ";
-    out_ << "    }\n";
-    if (acc) total = reduced(*acc, "acc");
-    return total;
-  };
-  auto close_scopes = [&] {
-    for (; scopes > 0; --scopes) out_ << "    }\n";
-  };
-  if (reduction) {
-    std::string r = pass(op == Op::kAmax ? Acc::kMax : Acc::kAdd, [&] { return producers(true)[0]; });
-    if (op == Op::kMeanDims) r = let(r + " / static_cast<float>(n)");
-    out_ << "    if (threadIdx.x == 0) ";
-    indent_ = "";
-    store(out0, "row", r);
-    indent_ = "    ";
-  } else if (softmax) {
-    const bool log = op == Op::kLogSoftmax;
-    std::string mx = pass(Acc::kMax, [&] { return producers(true)[0]; });
-    std::string masked;
-    if (op == Op::kSafeSoftmax) {  // a row all -inf is 0, not NaN
-      masked = let(mx + " == disc_neg_inf() ? 1.0f : 0.0f");
-      mx = let(masked + " != 0.0f ? 0.0f : " + mx);
-    }
-    const std::string sum = pass(Acc::kAdd, [&] {
-      const std::string e = let("expf(" + producers(false)[0] + " - " + mx + ")");
-      if (!log) store(out0, "row * n + j", e);
-      return e;
-    });
-    std::string scale = log ? let("logf(" + sum + ")") : let("1.0f / " + sum);
-    if (!masked.empty()) scale = let(masked + " != 0.0f ? 0.0f : " + scale);
-    pass(std::nullopt, [&] {
-      if (log) store(out0, "row * n + j", let(producers(false)[0] + " - " + mx + " - " + scale));
-      else store(out0, "row * n + j", let("out" + std::to_string(out0) + "[row * n + j] * " + scale));
-      return std::string();
-    });
-  } else if (layer_norm) {  // mean, the centred sum of squares, normalize + affine
-    const ir::Node& node = *p_.ops[row_op()].node;
-    auto tensor_input = [&](size_t operand) {  // its index among the tensor inputs, or -1
-      return operand < node.operands.size() && node.operands[operand].kind == ir::Operand::Kind::kTensor
-                 ? static_cast<int>(node.operands[operand].first)
-                 : -1;
-    };
-    const int w = tensor_input(2), bias = tensor_input(3);
-    const std::string sum = pass(Acc::kAdd, [&] { return producers(true)[0]; });
-    const std::string mean = let(sum + " / static_cast<float>(n)");
-    const std::string sq = pass(Acc::kAdd, [&] {
-      const std::string d = let(producers(false)[0] + " - " + mean);
-      return let(d + " * " + d);
-    });
-    const std::string var = let(sq + " / static_cast<float>(n)");
-    const std::string rstd = let("1.0f / sqrtf(" + var + " + " + scalar(row_op(), 4) + ")");
-    pass(std::nullopt, [&] {
-      std::vector<std::string> in = producers(false);
-      std::string y = let("(" + in[0] + " - " + mean + ") * " + rstd);
-      if (w >= 0) y = let(y + " * " + in.at(w));
-      if (bias >= 0) y = let(y + " + " + in.at(bias));
-      store(out0, "row * n + j", y);
-      return std::string();
-    });
-    for (uint32_t k : {1u, 2u}) {  // mean and rstd, where the graph reads them
-      const size_t slot = slot_of(row_op(), k);
-      if (slot == k_.outputs.size()) continue;
-      out_ << "    if (threadIdx.x == 0) ";
-      indent_ = "";
-      store(slot, "row", k == 1 ? mean : rstd);
-      indent_ = "    ";
-    }
-  } else {  // softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g)
-    const bool log = op == Op::kLogSoftmaxBackward;
-    const std::string sum = pass(Acc::kAdd, [&] {
-      std::vector<std::string> in = producers(true);
-      return log ? in[0] : let(in[0] + " * " + in[1]);
-    });
-    pass(std::nullopt, [&] {
-      std::vector<std::string> in = producers(false);
-      const std::string r = log ? let(in[0] + " - expf(" + in[1] + ") * " + sum)
-                                : let(in[1] + " * (" + in[0] + " - " + sum + ")");
-      store(out0, "row * n + j", r);
-      return std::string();
-    });
-  }
-  close_scopes();
+  if (reduces) reduction();
+  else if (softmaxes) softmax();
+  else if (backward) softmax_backward();
+  else if (ln_backward) layer_norm_backward();
+  else layer_norm();
+  for (; scopes_ > 0; --scopes_) out_ << "    }\n";
   out_ << "    __syncthreads();\n  }\n";  // disc_part is the next row's
+  return out_.str();
+}
+
+void Emitter::reduction() {
+  const Op op = op_of(p_.ops[row_op()].node->op);
+  std::string r = pass({op == Op::kAmax ? Acc::kMax : Acc::kAdd}, [&] {
+    return std::vector{producers(true)[0]};
+  })[0];
+  if (op == Op::kMeanDims) r = let(r + " / static_cast<float>(n)");
+  store_row(slot_of(row_op(), 0), r);
+}
+
+void Emitter::softmax() {
+  const Op op = op_of(p_.ops[row_op()].node->op);
+  const size_t out0 = slot_of(row_op(), 0);
+  const bool log = op == Op::kLogSoftmax;
+  std::string mx = pass({Acc::kMax}, [&] { return std::vector{producers(true)[0]}; })[0];
+  std::string masked;
+  if (op == Op::kSafeSoftmax) {  // a row all -inf is 0, not NaN
+    masked = let(mx + " == disc_neg_inf() ? 1.0f : 0.0f");
+    mx = let(masked + " != 0.0f ? 0.0f : " + mx);
+  }
+  const std::string sum = pass({Acc::kAdd}, [&] {
+    const std::string e = let("expf(" + producers(false)[0] + " - " + mx + ")");
+    if (!log) store(out0, "row * n + j", e);
+    return std::vector{e};
+  })[0];
+  std::string scale = log ? let("logf(" + sum + ")") : let("1.0f / " + sum);
+  if (!masked.empty()) scale = let(masked + " != 0.0f ? 0.0f : " + scale);
+  pass({}, [&] {
+    if (log) store(out0, "row * n + j", let(producers(false)[0] + " - " + mx + " - " + scale));
+    else store(out0, "row * n + j", let("out" + std::to_string(out0) + "[row * n + j] * " + scale));
+    return std::vector<std::string>{};
+  });
+}
+
+// softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g).
+void Emitter::softmax_backward() {
+  const bool log = op_of(p_.ops[row_op()].node->op) == Op::kLogSoftmaxBackward;
+  const std::string sum = pass({Acc::kAdd}, [&] {
+    std::vector<std::string> in = producers(true);
+    return std::vector{log ? in[0] : let(in[0] + " * " + in[1])};
+  })[0];
+  pass({}, [&] {
+    std::vector<std::string> in = producers(false);
+    const std::string r = log ? let(in[0] + " - expf(" + in[1] + ") * " + sum)
+                              : let(in[1] + " * (" + in[0] + " - " + sum + ")");
+    store(slot_of(row_op(), 0), "row * n + j", r);
+    return std::vector<std::string>{};
+  });
+}
+
+// The mean, the centred sum of squares, then normalize + affine; mean and
+// rstd stored per row where the graph reads them.
+void Emitter::layer_norm() {
+  const int w = tensor_input(2), bias = tensor_input(3);
+  const std::string sum = pass({Acc::kAdd}, [&] { return std::vector{producers(true)[0]}; })[0];
+  const std::string mean = let(sum + " / static_cast<float>(n)");
+  const std::string sq = pass({Acc::kAdd}, [&] {
+    const std::string d = let(producers(false)[0] + " - " + mean);
+    return std::vector{let(d + " * " + d)};
+  })[0];
+  const std::string var = let(sq + " / static_cast<float>(n)");
+  const std::string rstd = let("1.0f / sqrtf(" + var + " + " + scalar(row_op(), 4) + ")");
+  pass({}, [&] {
+    std::vector<std::string> in = producers(false);
+    std::string y = let("(" + in[0] + " - " + mean + ") * " + rstd);
+    if (w >= 0) y = let(y + " * " + in.at(w));
+    if (bias >= 0) y = let(y + " + " + in.at(bias));
+    store(slot_of(row_op(), 0), "row * n + j", y);
+    return std::vector<std::string>{};
+  });
+  for (uint32_t k : {1u, 2u}) {
+    const size_t slot = slot_of(row_op(), k);
+    if (slot < k_.outputs.size()) store_row(slot, k == 1 ? mean : rstd);
+  }
+}
+
+// native_layer_norm_backward(dy, x, [n], mean, rstd, w?, b?, mask) with the
+// CPU kernel's formulas (row_plans.cpp): ds = sum(dy*w*x), db = sum(dy*w)
+// over the row, then dx = rstd*dy*w + b'*x + c' with
+// b' = (db*mean - ds) * rstd^3 / n and c' = -b'*mean - db*rstd / n; per
+// column dw += dy*(x - mean)*rstd and dbias += dy, into the block's row.
+void Emitter::layer_norm_backward() {
+  const int x = tensor_input(1), mean = tensor_input(3), rstd = tensor_input(4), w = tensor_input(5);
+  const size_t dx = slot_of(row_op(), 0), dw = slot_of(row_op(), 1), db = slot_of(row_op(), 2);
+  const size_t none = k_.outputs.size();
+  auto dyw = [&](const std::vector<std::string>& in) { return w >= 0 ? let(in[0] + " * " + in.at(w)) : in[0]; };
+  const std::vector<std::string> sums = pass({Acc::kAdd, Acc::kAdd}, [&] {
+    std::vector<std::string> in = producers(true);
+    const std::string g = dyw(in);
+    return std::vector{let(g + " * " + in.at(x)), g};
+  });
+  pass({}, [&] {
+    std::vector<std::string> in = producers(false);
+    const std::string m = in.at(mean), r = in.at(rstd);
+    if (dx != none) {
+      const std::string inv_n = let("1.0f / static_cast<float>(n)");
+      const std::string b = let("(" + sums[1] + " * " + m + " - " + sums[0] + ") * (" + r + " * " + r +
+                                " * " + r + ") * " + inv_n);
+      const std::string c = let("-(" + b + " * " + m + ") - " + sums[1] + " * " + r + " * " + inv_n);
+      store(dx, "row * n + j", let(r + " * " + dyw(in) + " + " + b + " * " + in.at(x) + " + " + c));
+    }
+    auto accumulate = [&](size_t slot, const std::string& v) {
+      const std::string at = "out" + std::to_string(slot) + "[blockIdx.x * n + j]";
+      out_ << indent_ << at << " = " << at << " + " << v << ";\n";
+    };
+    if (dw != none) accumulate(dw, let(in[0] + " * (" + in.at(x) + " - " + m + ") * " + r));
+    if (db != none) accumulate(db, in[0]);
+    return std::vector<std::string>{};
+  });
+}
+
+// A sum / mean / amax over the leading dims (a bias gradient): thread j of
+// the grid owns column j of its chunk of rows and writes the chunk's
+// partial at [chunk, j]. The chunks are gridDim.y contiguous row ranges, or
+// one per index of dim 0 for a reduction over the middle dims (per_outer);
+// the launcher combines them as it combines the CPU kernel's chunks (a
+// mean's division included).
+std::string Emitter::column_body() {
+  row_ = true;  // loads: the row's offset plus j along the last dim
+  const bool max = op_of(p_.ops[row_op()].node->op) == Op::kAmax;
+  const uint32_t R = k_.rank;
+  out_ << "  const long long n = sizes[" << R - 1 << "];\n"
+       << "  const long long chunks = "
+       << (k_.per_outer ? "sizes[0]" : "static_cast<long long>(gridDim.y)") << ";\n"
+       << "  for (long long c = blockIdx.y; c < chunks; c += gridDim.y) {\n"
+       << "    const long long begin = rows * c / chunks, end = rows * (c + 1) / chunks;\n"
+       << "    for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;"
+       << " j += static_cast<long long>(gridDim.x) * blockDim.x) {\n"
+       << "      float acc = " << (max ? "disc_neg_inf()" : "0.0f") << ";\n"
+       << "      for (long long row = begin; row < end; ++row) {\n";
+  offsets("row", R - 1, "        ");
+  indent_ = "        ";
+  const std::string v = producers(true)[0];
+  out_ << indent_ << "acc = " << (max ? "disc_max_nan(acc, " + v + ")" : "acc + " + v) << ";\n";
+  out_ << "      }\n";
+  indent_ = "      ";
+  store(slot_of(row_op(), 0), "c * n + j", "acc");
+  out_ << "    }\n  }\n";
   return out_.str();
 }
 
@@ -481,13 +593,15 @@ std::optional<CudaKernel> emit_cuda_kernel(const Program& p, uint32_t g, std::st
             "const double* __restrict__ scalars, long long "
          << (loop ? "total" : "rows");
   Emitter e(p, *k);
-  std::optional<std::string> body = loop ? e.loop_body() : e.row_body(why);
+  const bool column = !loop && reduces_columns(*k);
+  std::optional<std::string> body = loop ? e.loop_body() : column ? e.column_body() : e.row_body(why);
   if (!body) return std::nullopt;
   char name[40];
   std::snprintf(name, sizeof name, "disc_%s_%016llx", loop ? "loop" : "row",
                 static_cast<unsigned long long>(ir::hash_string(params.str() + *body)));
   CudaKernel out;
   static_cast<KernelInterface&>(out) = *k;
+  out.launch = loop ? CudaKernel::Launch::kElements : column ? CudaKernel::Launch::kColumns : CudaKernel::Launch::kRows;
   out.name = name;
   out.source = std::string(kPrelude) + "\nextern \"C\" __global__ void " + name + "(" +
                params.str() + ") {\n" + *body + "}\n";

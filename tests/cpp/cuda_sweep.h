@@ -2,8 +2,10 @@
 // op the codegen emits, broadcast inputs, runtime scalars, bf16 and bool
 // tensors, each case a few ops over [4, 6] (some inputs broadcast from
 // [6]); and row groups: sums, means and maxima over the last dim, softmax,
-// log_softmax, _safe_softmax and their backward, with element-wise
-// producers (one read outside the group) and a 3-D space.
+// log_softmax, _safe_softmax and their backward, layer norm and its
+// backward, with element-wise producers (one read outside the group) and a
+// 3-D space; and column reductions (a bias gradient, amax, a mean per batch
+// entry).
 #pragma once
 #include <functional>
 #include <optional>
@@ -46,6 +48,35 @@ inline ir::NodePtr layer_norm(GraphBuilder& b, ir::Value x, std::optional<ir::Va
   }
   n->operands.push_back({K::kAttr, static_cast<uint32_t>(n->attrs.size()), 1});
   n->attrs.push_back(attrs[1]);
+  n->finalize();
+  return n;
+}
+
+// native_layer_norm_backward(dy, x, [6], mean, rstd, weight?, bias,
+// [True, weight?, True]) over [4, 6]: dx, and dw (with a weight) and db
+// summed per column.
+inline ir::NodePtr layer_norm_backward(GraphBuilder& b, ir::Value dy, bool weight) {
+  ir::Value x = b.param({4, 6}), mean = b.param({4, 1}), rstd = b.param({4, 1}), bias = b.param({6});
+  std::vector<ir::Value> ins{dy, x, mean, rstd};
+  if (weight) ins.push_back(b.param({6}));
+  ins.push_back(bias);
+  ir::Attr mask;
+  mask.kind = ir::Attr::Kind::kBoolList;
+  mask.ints = {1, weight, 1};
+  ir::NodePtr n = b.multi("aten::native_layer_norm_backward", ins, {{4, 6}, {6}, {6}},
+                          {GraphBuilder::ints({6}), mask});
+  using K = ir::Operand::Kind;
+  n->operands = {{K::kTensor, 0, 1}, {K::kTensor, 1, 1}, {K::kAttr, 0, 1}, {K::kTensor, 2, 1},
+                 {K::kTensor, 3, 1}};
+  if (weight) {
+    n->operands.push_back({K::kTensor, 4, 1});
+  } else {
+    n->operands.push_back({K::kAttr, 2, 1});
+    n->attrs.push_back(ir::Attr::none());
+    n->outputs[1].undefined = true;
+  }
+  n->operands.push_back({K::kTensor, weight ? 5u : 4u, 1});
+  n->operands.push_back({K::kAttr, 1, 1});
   n->finalize();
   return n;
 }
@@ -140,6 +171,23 @@ inline std::vector<Case> sweep() {
     auto ln = layer_norm(b, sum, w, bias);
     auto plain = layer_norm(b, {ln, 0}, std::nullopt, std::nullopt);
     return ir::Value{plain, 0};
+  }});
+  for (bool weight : {true, false})
+    cases.push_back({weight ? "layer norm backward" : "layer norm backward without a weight", [=](B& b) {
+      auto dy = b.op("aten::mul.Tensor", {f(b), b.param({6})}, {4, 6});
+      ir::NodePtr n = layer_norm_backward(b, dy, weight);
+      return ir::Value{n, 0};
+    }});
+  cases.push_back({"bias gradient: a sum over the leading dims", [=](B& b) {
+    auto g = b.op("aten::mul.Tensor", {b.param({2, 3, 6}), b.param({6})}, {2, 3, 6});
+    return b.op("aten::sum.dim_IntList", {g}, {6}, {GraphBuilder::ints({0, 1}), B::boolean(false), none});
+  }});
+  cases.push_back({"amax over the leading dims", [=](B& b) {
+    return b.op("aten::amax", {b.op("aten::exp", {f(b)}, {4, 6})}, {6}, {last(0), B::boolean(false)});
+  }});
+  cases.push_back({"mean over the middle dim (per batch entry)", [=](B& b) {
+    auto x = b.param({2, 3, 4, 6});
+    return b.op("aten::mean.dim", {x}, {2, 6}, {GraphBuilder::ints({1, 2}), B::boolean(false), none});
   }});
   return cases;
 }

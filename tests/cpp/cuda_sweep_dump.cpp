@@ -1,6 +1,7 @@
 // Writes the CUDA sweep's trials (cuda_sweep_trials.h) for a GPU check:
 // per kernel k<i>.cu (its CUDA C++), k<i>.json (name, kind, sizes,
-// strides, scalars, buffers) and the raw input and expected-output
+// strides, scalars, buffers, which outputs are per-column partials and
+// whether they combine by max) and the raw input and expected-output
 // buffers, which tools/gpu_check.py reads on a machine with a GPU
 // (scripts/gpu_check.sh). The expected outputs are the CPU kernels'.
 //
@@ -56,8 +57,11 @@ int main(int argc, char** argv) {
     const std::string stem = dir + "/k" + std::to_string(i);
     std::ofstream(stem + ".cu") << t.cuda.source;
     std::ostringstream json;
+    using Launch = disc::lowering::CudaKernel::Launch;
+    const Launch launch = t.cuda.launch;
     json << "{\"name\": \"" << t.cuda.name << "\", \"case\": \"" << t.name << "\", \"kind\": \""
-         << (t.cuda.kind == disc::lowering::FusionKind::kLoop ? "loop" : "row") << "\", \"source\": \"k"
+         << (launch == Launch::kElements ? "loop" : launch == Launch::kRows ? "row" : "column")
+         << "\", \"per_outer\": " << (t.cuda.per_outer ? "true" : "false") << ", \"source\": \"k"
          << i << ".cu\", \"sizes\": " << list(t.sizes) << ", \"strides\": " << list(t.strides)
          << ", \"scalars\": " << list(t.scalars) << ", \"total\": " << t.total << ", \"rows\": " << t.rows
          << ", \"inputs\": [";
@@ -72,7 +76,11 @@ int main(int argc, char** argv) {
       const std::string file = "k" + std::to_string(i) + ".out" + std::to_string(k) + ".bin";
       write(dir + "/" + file, t.expected[k]);
       json << (k ? ", " : "") << "{\"file\": \"" << file << "\", \"bf16\": " << (t.out_bf16[k] ? "true" : "false")
-           << ", \"count\": " << t.out_count[k] << "}";
+           << ", \"count\": " << t.out_count[k] << ", \"per_column\": "
+           << (t.cuda.outputs[k].extent == disc::lowering::KernelOutput::Extent::kPerColumn ? "true" : "false")
+           << ", \"max\": "
+           << (t.cuda.outputs[k].combine == disc::lowering::KernelOutput::Combine::kMax ? "true" : "false")
+           << "}";
     }
     json << "]}\n";
     std::ofstream(stem + ".json") << json.str();

@@ -119,10 +119,15 @@ inline std::vector<Trial> sweep_trials(int64_t scale, std::mt19937& rng) {
       for (const auto& [op, slot] : cuda->runtime) t.scalars.push_back(p.ops[op].node->runtime.at(slot).d);
       for (const KernelOutput& o : cuda->outputs) {
         t.out_bf16.push_back(p.ops[o.op].node->outputs[o.index].dtype == ir::DType::kBFloat16);
-        t.out_count.push_back(o.extent == KernelOutput::Extent::kPerRow ? t.rows : t.total);
+        // Per column: one partial row of n, or one per index of dim 0.
+        const int64_t n = space.back(), chunks = cuda->per_outer ? space[0] : 1;
+        t.out_count.push_back(o.extent == KernelOutput::Extent::kPerRow      ? t.rows
+                              : o.extent == KernelOutput::Extent::kPerColumn ? chunks * n
+                                                                             : t.total);
         t.expected.emplace_back(t.out_count.back() * (t.out_bf16.back() ? 2 : 4));
       }
-      // The CPU kernel: memrefs of the buffers, rows [0, space[0]).
+      // The CPU kernel: memrefs of the buffers, rows [0, space[0]) (per
+      // index of dim 0, each its own partial row, for a per_outer kernel).
       auto jit = runtime::JitModule::compile(cpu->mlir);
       std::vector<void*> args;
       std::vector<runtime::MemRef1D<char>> refs;
@@ -146,7 +151,14 @@ inline std::vector<Trial> sweep_trials(int64_t scale, std::mt19937& rng) {
       args.push_back(&begin);
       args.push_back(&end);
       args.push_back(&chunk);
-      jit->invoke_packed(cpu->name, args);
+      if (!cpu->per_outer) {
+        jit->invoke_packed(cpu->name, args);
+      } else {
+        for (; chunk < space[0]; ++chunk) {
+          begin = chunk, end = chunk + 1;
+          jit->invoke_packed(cpu->name, args);
+        }
+      }
       out.push_back(std::move(t));
     }
   }

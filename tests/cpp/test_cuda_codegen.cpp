@@ -1,8 +1,9 @@
-// The CUDA target's kLoop kernels (cuda_loop_kernel.cpp) and NVRTC
-// (runtime/nvrtc.cpp), without a GPU: a sweep of element-wise groups --
-// every op the codegen emits, broadcast inputs, runtime scalars, bf16 and
-// bool tensors -- emits CUDA C++ that compiles for sm_80 and sm_90 within
-// a register budget and without spills. (Running the kernels needs a GPU:
+// The CUDA target's kernels (lowering/codegen/cuda_kernels.cpp) and NVRTC
+// (runtime/nvrtc.cpp), without a GPU: a sweep of groups -- every
+// element-wise op the codegen emits, broadcast inputs, runtime scalars,
+// bf16 and bool tensors, row and column reductions, softmax and layer norm
+// and their backward -- emits CUDA C++ that compiles for sm_80 and sm_90
+// within a register budget and without spills. (Running the kernels needs a GPU:
 // the CUDA target's parity tests do that where one is present.)
 #include <gtest/gtest.h>
 
@@ -19,7 +20,7 @@ using disc::testing::sweep;
 
 namespace {
 
-// The kLoop kernels of the sweep's programs.
+// The kernels of the sweep's programs.
 std::vector<CudaKernel> sweep_kernels() {
   std::vector<CudaKernel> out;
   for (const Case& c : sweep()) {
@@ -75,17 +76,51 @@ TEST(CudaLoopKernel, IsShapeGenericAndNamedByItsText) {
   EXPECT_EQ(emit_cuda_kernel(p, 0, &why)->name, k->name);
 }
 
-TEST(CudaRowKernel, DeclinesColumnSums) {
-  // nn.Linear's bias gradient: a sum over the leading dims, which the CPU
-  // kernels compute as per-chunk column partials.
+TEST(CudaColumnKernel, WritesOnePartialRowPerChunk) {
+  // nn.Linear's bias gradient: a sum over the leading dims. Chunks of rows
+  // (gridDim.y of them) each write a partial row the launcher adds up, as
+  // the CPU kernels' chunks.
   GraphBuilder b;
   auto col = b.op("aten::sum.dim_IntList", {b.param({4, 6})}, {6},
                   {GraphBuilder::ints({0}), GraphBuilder::boolean(false), ir::Attr::none()});
   Program p = disc::testing::compiled({col});
   ASSERT_EQ(p.groups.size(), 1u);
   std::string why;
-  EXPECT_FALSE(emit_cuda_kernel(p, 0, &why));
-  EXPECT_NE(why.find("a column reduction: no CUDA codegen yet"), std::string::npos) << why;
+  auto k = emit_cuda_kernel(p, 0, &why);
+  ASSERT_TRUE(k) << why;
+  EXPECT_EQ(k->outputs[0].extent, KernelOutput::Extent::kPerColumn);
+  EXPECT_NE(k->source.find("const long long chunks = static_cast<long long>(gridDim.y);"), std::string::npos);
+  EXPECT_NE(k->source.find("out0[c * n + j] = acc;"), std::string::npos) << k->source;
+  EXPECT_EQ(k->source.find("= disc_block_reduce("), std::string::npos);  // no block reduction
+
+  // A mean over the middle dims: one chunk per batch entry, the result itself.
+  GraphBuilder b2;
+  auto mid = b2.op("aten::mean.dim", {b2.param({2, 3, 6})}, {2, 6},
+                   {GraphBuilder::ints({1}), GraphBuilder::boolean(false), ir::Attr::none()});
+  Program p2 = disc::testing::compiled({mid});
+  auto k2 = emit_cuda_kernel(p2, 0, &why);
+  ASSERT_TRUE(k2) << why;
+  EXPECT_TRUE(k2->per_outer);
+  EXPECT_NE(k2->source.find("const long long chunks = sizes[0];"), std::string::npos) << k2->source;
+}
+
+TEST(CudaRowKernel, LayerNormBackwardSumsWeightGradsIntoTheBlocksRow) {
+  GraphBuilder b;
+  ir::NodePtr n = disc::testing::layer_norm_backward(b, b.param({4, 6}), true);
+  Program p = disc::testing::compiled({{n, 0}, {n, 1}, {n, 2}});
+  ASSERT_EQ(p.groups.size(), 1u);
+  std::string why;
+  auto k = emit_cuda_kernel(p, 0, &why);
+  ASSERT_TRUE(k) << why;
+  ASSERT_EQ(k->outputs.size(), 3u);
+  // dw and db: the block's partial row, cleared before its first row.
+  const std::string clear = "out1[blockIdx.x * n + j] = 0.0f;";
+  const size_t cleared = k->source.find(clear), rows = k->source.find("for (long long row = blockIdx.x;");
+  ASSERT_NE(cleared, std::string::npos) << k->source;
+  EXPECT_LT(cleared, rows);
+  EXPECT_NE(k->source.find("out2[blockIdx.x * n + j] = out2[blockIdx.x * n + j] + "), std::string::npos);
+  // Both row sums in one pass over the row.
+  EXPECT_NE(k->source.find("disc_block_reduce(acc1, disc_part, 0.0f, disc_add())"), std::string::npos);
 }
 
 TEST(CudaRowKernel, ReducesOverTheBlockAndWritesRowsFromThreadZero) {
@@ -97,16 +132,16 @@ TEST(CudaRowKernel, ReducesOverTheBlockAndWritesRowsFromThreadZero) {
   auto k = emit_cuda_kernel(p, 0, &why);
   ASSERT_TRUE(k) << why;
   EXPECT_EQ(k->name.rfind("disc_row_", 0), 0u);
-  EXPECT_NE(k->source.find("disc_block_reduce(acc, disc_part, disc_neg_inf(), disc_max())"),
+  EXPECT_NE(k->source.find("disc_block_reduce(acc0, disc_part, disc_neg_inf(), disc_max())"),
             std::string::npos);
-  EXPECT_NE(k->source.find("disc_block_reduce(acc, disc_part, 0.0f, disc_add())"), std::string::npos);
+  EXPECT_NE(k->source.find("disc_block_reduce(acc0, disc_part, 0.0f, disc_add())"), std::string::npos);
   EXPECT_NE(k->source.find("for (long long row = blockIdx.x; row < rows; row += gridDim.x)"),
             std::string::npos);
 }
 
 TEST(CudaLoopKernel, SweepCompilesForSm80AndSm90WithoutSpills) {
   std::vector<CudaKernel> kernels = sweep_kernels();
-  ASSERT_GE(kernels.size(), 26u);
+  ASSERT_GE(kernels.size(), 31u);
   if (!runtime::nvrtc::available()) GTEST_SKIP() << "built without the CUDA toolkit (NVRTC)";
   for (const CudaKernel& k : kernels) {
     for (const char* arch : {"sm_80", "sm_90"}) {
