@@ -22,6 +22,7 @@
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lowering/ir/graph.h"
 #include "lowering/pipeline.h"
+#include "runtime/components.h"
 #include "runtime/onednn_gemm.h"
 #include "runtime/options.h"
 
@@ -207,6 +208,10 @@ void bind_caches(py::module_& m) {
     }
     return out;
   });
+  m.def("build_components", [] {
+    return std::map<std::string, bool>{{"cpu_codegen", runtime::has_cpu_codegen()},
+                                       {"onednn", runtime::has_onednn()}};
+  }, "The optional back ends this build has (runtime/components.h).");
   m.def("bf16_native", &runtime::onednn_bf16_native,
         "Whether bf16 GEMMs and convolutions run on oneDNN here (native bf16 on this CPU).");
   m.def("host_cache_stats", after_worker([] {

@@ -28,6 +28,7 @@
 #include "lazy_backend/sync/persistent_cache.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/codegen/fused_kernel.h"
+#include "runtime/components.h"
 #include "runtime/mlir_jit.h"
 #include "runtime/options.h"
 
@@ -348,6 +349,7 @@ class CompiledExecutor final : public Executor {
   const char* name() const override { return "compiled"; }
   std::unique_ptr<Executable> compile(const ir::Graph& g, const Program* plan) override {
     if (!plan) return reference_executor().compile(g, nullptr);
+    if (!plan->plan.kernels.empty() && !runtime::has_cpu_codegen()) return without_codegen(g);
     try {
       if (fault_injected("codegen")) throw std::runtime_error("DISC_INJECT_FAULT=codegen");
       return std::make_unique<CompiledExecutable>(g, *plan);
@@ -360,6 +362,19 @@ class CompiledExecutor final : public Executor {
       });
       return reference_executor().compile(g, nullptr);
     }
+  }
+
+ private:
+  // A build without the CPU code generator (runtime/components.h): a graph
+  // whose plan has fused kernels runs on the reference executor, counted.
+  static std::unique_ptr<Executable> without_codegen(const ir::Graph& g) {
+    metrics::bump("executor.no_cpu_codegen");
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      TORCH_WARN("disc: this build has no CPU code generator (MLIR 15 was not found when it was "
+                 "built): graphs with fused kernels run on the reference executor");
+    });
+    return reference_executor().compile(g, nullptr);
   }
 };
 

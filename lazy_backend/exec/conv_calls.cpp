@@ -14,6 +14,7 @@
 
 #include "lazy_backend/exec/replay.h"
 #include "lazy_backend/metrics.h"
+#include "runtime/components.h"
 #include "runtime/onednn_conv.h"
 #include "runtime/onednn_gemm.h"
 
@@ -163,7 +164,7 @@ std::vector<at::Tensor> backward(const ir::Node& n, std::vector<at::Tensor>& ins
 std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const ir::Node& n,
                                       std::vector<at::Tensor> ins, const c10::OperatorHandle& aten) {
   const bool relu = call.act == lowering::Activation::kRelu, nhwc_out = call.nhwc_out;
-  const char* why = call.declined;
+  const char* why = runtime::has_onednn() ? call.declined : "no_onednn";
   // bf16 where oneDNN would emulate it: ATen's kernels (as for GEMMs).
   if (!why && weight_of(n, ins).scalar_type() == at::kBFloat16 &&
       !runtime::onednn_bf16_native())

@@ -19,6 +19,7 @@
 #include "lazy_backend/exec/replay.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/tensor_data.h"
+#include "runtime/components.h"
 #include "runtime/onednn_gemm.h"
 
 namespace disc {
@@ -83,12 +84,28 @@ const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tens
   return nullptr;
 }
 
+// A build without oneDNN: the same GEMM on ATen, counted as one.
+at::Tensor aten_matmul(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias,
+                       runtime::Activation act, bool batched) {
+  static metrics::Named gemm_calls("library.gemm_calls"), aten("library.aten"),
+      no_onednn("library.aten_reason.no_onednn");
+  ++gemm_calls;
+  ++aten;
+  ++no_onednn;
+  at::Tensor out = batched ? at::bmm(a, b) : at::mm(a, b);
+  if (bias.defined()) out.add_(bias);
+  if (act == runtime::Activation::kRelu) out.relu_();
+  if (act == runtime::Activation::kGelu) out = at::gelu(out);
+  return out;
+}
+
 }  // namespace
 
 at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, runtime::Activation act,
                          bool batched,
                          const std::vector<WeightView>* weights,
                          const std::function<at::Tensor()>& make_b) {
+  if (!runtime::has_onednn()) return aten_matmul(a, make_b ? make_b() : b, bias_in, act, batched);
   const int64_t d = batched ? 1 : 0;
   runtime::Gemm g;
   g.threads = at::get_num_threads();

@@ -42,7 +42,8 @@ const char* gemm_aten_reason(const ir::Node& n, const std::vector<at::Tensor>& i
 // `batched`.
 // With `weights` (B's parameter buffers and views; make_b builds B from
 // them on a miss; default: b itself), B comes pre-packed. Counts
-// library.onednn and library.gemm_calls.
+// library.onednn and library.gemm_calls. In a build without oneDNN it runs
+// on ATen, counted as library.aten_reason.no_onednn.
 at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias, runtime::Activation act,
                          bool batched,
                          const std::vector<WeightView>* weights = nullptr,

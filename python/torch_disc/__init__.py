@@ -84,7 +84,7 @@ def _finish_at_exit() -> None:
 atexit.register(_finish_at_exit)
 
 __all__ = ["compile", "export", "load", "sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
-           "compile_log"]
+           "compile_log", "build_components"]
 
 
 def sync(cause: str = "user", wait: bool = False) -> None:
@@ -124,6 +124,14 @@ mark_step = sync
 def graph_text(*tensors: torch.Tensor) -> str:
     """The IR of the pending graph that computes ``tensors`` (for debugging)."""
     return _C.graph_text(list(tensors))
+
+
+def build_components() -> dict:
+    """The optional back ends this build has: ``cpu_codegen`` (MLIR 15 / LLVM
+    kernels; without it graphs run on the reference executor, counted as
+    ``executor.no_cpu_codegen``) and ``onednn`` (GEMMs and convolutions;
+    without it they run on ATen, counted as ``library.aten_reason.no_onednn``)."""
+    return _C.build_components()
 
 
 def compile_log() -> list:

@@ -77,6 +77,9 @@ def report() -> str:
         ("transfers to cpu / disc", f"{c['transfers_to_cpu']} / {c['transfers_to_disc']}"),
         ("syncs", f"{c['syncs']}"),
     ]
+    if c.get("executor.no_cpu_codegen", 0):  # torch_disc.build_components()
+        rows.insert(rows.index(("compile failures", f"{c.get('compile_failures', 0)}")) + 1,
+                    ("no CPU codegen", f"{c['executor.no_cpu_codegen']} graphs on the reference executor"))
     rows += [(f"  sync: {cause}", str(n)) for cause, n in sorted(syncs().items())]
     rows.append(("fallbacks", f"{c['fallbacks']}"))
     rows += [(f"  fallback: {op}", str(n)) for op, n in sorted(fallbacks().items())]

@@ -1,0 +1,55 @@
+"""Optional back ends (runtime/components.h): the test build has them all,
+and a build without the CPU code generator and oneDNN
+(scripts/build_minimal.sh, as on a machine with only torch and the CUDA
+toolkit) still trains, on ATen, saying so in the metrics."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch_disc
+
+from conftest import ROOT
+
+
+def test_this_build_has_every_cpu_component():
+    # CI's build must not lose MLIR or oneDNN without a test noticing.
+    assert torch_disc.build_components() == {"cpu_codegen": True, "onednn": True}
+
+
+@pytest.fixture(scope="module")
+def minimal_build():
+    """The package directory of the minimal build (its compiles come from
+    ccache after scripts/setup.sh: seconds)."""
+    subprocess.run(["bash", "scripts/build_minimal.sh"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, timeout=1800)
+    return os.path.join(ROOT, "build-minimal", "python")
+
+
+def test_minimal_build_trains_on_aten_and_counts_it(minimal_build):
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", DISC_PERSISTENT_CACHE="0")
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tests/python/minimal_build_cases.py"), minimal_build],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    assert r["extension"].startswith(minimal_build)
+    assert r["components"] == {"cpu_codegen": False, "onednn": False}
+    # The MLP's five Adam steps: the same losses as CPU eager, each graph
+    # (two structures: the first step, then the rest) on the reference
+    # executor, said once.
+    assert r["disc"] == pytest.approx(r["cpu"], rel=1e-6)
+    mlp = r["mlp"]
+    assert mlp["executor.no_cpu_codegen"] == mlp["compiles"] == 2
+    assert mlp.get("kernels_compiled", 0) == 0 and mlp["fallbacks"] == 0
+    assert "no CPU codegen           2 graphs on the reference executor" in r["report"]
+    assert run.stderr.count("this build has no CPU code generator") == 1
+    # A graph of library calls only runs on the compiled executor: the
+    # merged GEMM and the convolution on ATen, counted.
+    lib = r["library"]
+    assert r["library_error"] < 1e-5
+    assert lib.get("executor.no_cpu_codegen", 0) == 0
+    assert lib["gemm_merge.launches"] == 1
+    assert lib["library.aten_reason.no_onednn"] == 2
+    assert lib["library.aten.convolution"] == 1
+    assert lib.get("library.onednn", 0) == 0
