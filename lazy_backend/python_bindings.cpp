@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "lazy_backend/device/rng.h"
+#include "lazy_backend/device/target.h"
 #include "lazy_backend/dist/collectives.h"
 #include "lazy_backend/exec/executor.h"
 #include "lazy_backend/exec/host_cache.h"
@@ -208,6 +209,8 @@ void bind_caches(py::module_& m) {
     }
     return out;
   });
+  m.def("target", [] { return std::string(target_name()); },
+        "Where disc values live (DISC_TARGET): \"cpu\" or \"cuda\".");
   m.def("build_components", [] {
     return std::map<std::string, bool>{{"cpu_codegen", runtime::has_cpu_codegen()},
                                        {"onednn", runtime::has_onednn()}};

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "lazy_backend/device/target.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/executor.h"
 #include "lazy_backend/exec/gemm_merge_exec.h"
@@ -349,6 +350,7 @@ class CompiledExecutor final : public Executor {
   const char* name() const override { return "compiled"; }
   std::unique_ptr<Executable> compile(const ir::Graph& g, const Program* plan) override {
     if (!plan) return reference_executor().compile(g, nullptr);
+    if (value_device().is_cuda()) return on_cuda(g);
     if (!plan->plan.kernels.empty() && !runtime::has_cpu_codegen()) return without_codegen(g);
     try {
       if (fault_injected("codegen")) throw std::runtime_error("DISC_INJECT_FAULT=codegen");
@@ -373,6 +375,20 @@ class CompiledExecutor final : public Executor {
     std::call_once(warned, [] {
       TORCH_WARN("disc: this build has no CPU code generator (MLIR 15 was not found when it was "
                  "built): graphs with fused kernels run on the reference executor");
+    });
+    return reference_executor().compile(g, nullptr);
+  }
+
+  // The CUDA target (device/target.h): the plan's kernels are CPU code and
+  // its library calls oneDNN's, and the CUDA kernels (cuda_kernels.h) are
+  // not launched yet: every graph runs on the reference executor, whose
+  // ATen calls are CUDA kernels there. Counted, and said once.
+  static std::unique_ptr<Executable> on_cuda(const ir::Graph& g) {
+    metrics::bump("executor.cuda_reference");
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      TORCH_WARN("disc: DISC_TARGET=cuda runs graphs on the reference executor (ATen's CUDA "
+                 "kernels): generated CUDA kernels are not launched yet");
     });
     return reference_executor().compile(g, nullptr);
   }

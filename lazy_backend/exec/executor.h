@@ -1,5 +1,5 @@
 // The executor interface the sync runs graphs through. The reference
-// executor (ATen CPU kernels, node by node) is the correctness oracle; the
+// executor (ATen kernels, node by node) is the correctness oracle; the
 // fusion compiler plugs in as another Executor.
 #pragma once
 #include <ATen/Tensor.h>

@@ -1,5 +1,5 @@
-// The reference executor: replays each node with the ATen CPU kernel of the
-// op it recorded. Values are immutable: ops that write in place run on a
+// The reference executor: replays each node with the ATen kernel of the op
+// it recorded (CPU, or CUDA on the CUDA target). Values are immutable: ops that write in place run on a
 // clone of their input, so one value can feed any number of users.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "lazy_backend/device/target.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/tensor_data.h"
@@ -208,8 +209,8 @@ void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::
   }
 }
 
-// The boxed arguments of node `n`, in schema order.
-torch::jit::Stack boxed_arguments(const ir::Node& n, const std::vector<at::Tensor>& ins) {
+// The boxed arguments of node `n`, in schema order, for a run on `device`.
+torch::jit::Stack boxed_arguments(const ir::Node& n, const std::vector<at::Tensor>& ins, c10::Device device) {
   torch::jit::Stack stack;
   stack.reserve(n.operands.size());
   for (const ir::Operand& o : n.operands) {
@@ -230,14 +231,14 @@ torch::jit::Stack boxed_arguments(const ir::Node& n, const std::vector<at::Tenso
         break;
       }
       case ir::Operand::Kind::kAttr:
-        stack.push_back(to_ivalue(n.attrs[o.first]));
+        stack.push_back(to_ivalue(n.attrs[o.first], device));
         break;
       case ir::Operand::Kind::kRuntime:
-        stack.push_back(to_ivalue(n.runtime[o.first]));
+        stack.push_back(to_ivalue(n.runtime[o.first], device));
         break;
       case ir::Operand::Kind::kRuntimeList: {
         std::vector<at::Scalar> l;
-        for (uint32_t k = 0; k < o.count; ++k) l.push_back(to_ivalue(n.runtime[o.first + k]).toScalar());
+        for (uint32_t k = 0; k < o.count; ++k) l.push_back(to_ivalue(n.runtime[o.first + k], device).toScalar());
         stack.emplace_back(l);
         break;
       }
@@ -246,7 +247,7 @@ torch::jit::Stack boxed_arguments(const ir::Node& n, const std::vector<at::Tenso
   return stack;
 }
 
-// Calls the op's CPU kernel; a random op draws from the node's own seed.
+// Calls the op's kernel; a random op draws from the node's own seed.
 void call_kernel(const c10::OperatorHandle& op, const ir::Node& n, torch::jit::Stack& stack) {
   // Values never require grad here; skip the autograd layers.
   at::AutoDispatchBelowADInplaceOrView guard;
@@ -283,16 +284,40 @@ std::vector<at::Tensor> node_outputs(const c10::OperatorHandle& op, const ir::No
   return outs;
 }
 
+std::vector<at::Tensor> replay_on(c10::Device device, const c10::OperatorHandle& op, const ir::Node& n,
+                                  std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
+  if (ins.size() == 1 && n.outputs.size() == 1)
+    if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
+  prepare_inputs(n, ins, in_place);
+  torch::jit::Stack stack = boxed_arguments(n, ins, device);
+  call_kernel(op, n, stack);
+  return node_outputs(op, n, stack, ins);
+}
+
+// On the CUDA target a random node runs on the host, its inputs copied
+// there and its outputs back: its numbers come from its own seed as on the
+// CPU target (the same bits; native_dropout's Philox mask included), and
+// no CUDA generator is drawn from behind the user's back. Counted:
+// replay.random_on_host.
+std::vector<at::Tensor> replay_random_on_host(const c10::OperatorHandle& op, const ir::Node& n,
+                                              std::vector<at::Tensor> ins, c10::Device device) {
+  static metrics::Named on_host("replay.random_on_host");
+  ++on_host;
+  for (at::Tensor& t : ins)
+    if (t.defined()) t = t.cpu();
+  std::vector<at::Tensor> outs = replay_on(c10::Device(c10::kCPU), op, n, std::move(ins), nullptr);
+  for (at::Tensor& t : outs)
+    if (t.defined()) t = t.to(device);
+  return outs;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
                                std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
-  if (ins.size() == 1 && n.outputs.size() == 1)
-    if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
-  prepare_inputs(n, ins, in_place);
-  torch::jit::Stack stack = boxed_arguments(n, ins);
-  call_kernel(op, n, stack);
-  return node_outputs(op, n, stack, ins);
+  const c10::Device device = value_device();
+  if (n.rng_runtime >= 0 && !device.is_cpu()) return replay_random_on_host(op, n, std::move(ins), device);
+  return replay_on(device, op, n, std::move(ins), in_place);
 }
 
 void rethrow_naming(const ir::Node& n) {

@@ -13,8 +13,9 @@ namespace disc {
 // The ATen operator an interned op name ("aten::add.Tensor") refers to.
 c10::OperatorHandle resolve_op(uint32_t op);
 
-// Runs node `n` on CPU tensors `ins` (one per node input); returns its
-// outputs: the op's fresh returns, then the new values of mutated inputs.
+// Runs node `n` on values `ins` (one per node input; on the target's
+// device, device/target.h); returns its outputs: the op's fresh returns,
+// then the new values of mutated inputs.
 // A mutated input is copied first, so its old value survives for other
 // users -- unless `in_place` lists it (by position in n.mutated): the caller
 // knows that value has no other reader.

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "lazy_backend/device/rng.h"
+#include "lazy_backend/device/target.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/compile_cache.h"
 #include "lazy_backend/sync/pending.h"
@@ -155,7 +156,7 @@ ir::Graph GraphTemplate::instantiate(const std::vector<int64_t>& values,
       const int32_t in = param_input_[tn.param];
       TORCH_CHECK(in < 0 || in < static_cast<int32_t>(inputs.size()), "disc: a compiled graph of ",
                   param_input_.size(), " inputs was given ", inputs.size());
-      keep.push_back(in < 0 ? nodes_[i] : make_data(inputs[in].contiguous()).node);
+      keep.push_back(in < 0 ? nodes_[i] : make_data(on_target(inputs[in])).node);
     } else {
       std::vector<ir::Value> ins;
       ins.reserve(tn.inputs.size());
@@ -228,6 +229,7 @@ std::vector<at::Tensor> GraphTemplate::run(const std::vector<int64_t>& values,
         break;
       }
     }
+    if (o.defined() && !o.is_cpu()) o = o.cpu();  // the CUDA target's (device/target.h)
   }
   return out;
 }

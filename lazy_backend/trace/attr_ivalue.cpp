@@ -94,7 +94,7 @@ std::optional<ir::Attr> to_attr(const c10::IValue& v, const c10::Argument& arg) 
   return a;
 }
 
-c10::IValue to_ivalue(const ir::Attr& a) {
+c10::IValue to_ivalue(const ir::Attr& a, c10::Device device) {
   switch (a.kind) {
     case Kind::kNone: return {};
     case Kind::kInt: return a.i;
@@ -111,7 +111,7 @@ c10::IValue to_ivalue(const ir::Attr& a) {
     case Kind::kScalarInt: return c10::Scalar(a.i);
     case Kind::kScalarDouble: return c10::Scalar(a.d);
     case Kind::kScalarBool: return c10::Scalar(static_cast<bool>(a.i));
-    case Kind::kDevice: return c10::Device(c10::kCPU);
+    case Kind::kDevice: return device;
     case Kind::kDType: return to_aten(static_cast<ir::DType>(a.i));
   }
   TORCH_CHECK(false, "disc: bad attribute kind");

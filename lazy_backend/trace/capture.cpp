@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "lazy_backend/device/rng.h"
+#include "lazy_backend/device/target.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/lazy_storage.h"
@@ -68,7 +69,9 @@ ir::Value value_of(const at::Tensor& t) {
   // as it is, mark and all. Any other CPU scalar is the user's tensor,
   // which may change after this op: the trace owns a copy.
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) return make_data(t);
-  return make_data(t.clone());
+  // A 0-dim CPU tensor is a scalar to ATen's kernels on any device; any
+  // other goes where values live (device/target.h).
+  return make_data(t.dim() == 0 || value_device().is_cpu() ? t.clone() : snapshot_on_target(t));
 }
 
 // Why the schema alone makes an op unrecordable, or nullopt.

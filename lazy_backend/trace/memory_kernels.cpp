@@ -5,6 +5,7 @@
 #include <ATen/EmptyTensor.h>
 #include <torch/library.h>
 
+#include "lazy_backend/device/target.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/sync/launch.h"
@@ -77,6 +78,7 @@ at::Tensor to_cpu(const at::Tensor& src, const char* cause) {
   TraceLock lock;
   metrics::counters().transfers_to_cpu++;
   at::Tensor cpu = s.read_cpu(src);
+  if (!cpu.is_cpu()) cpu = cpu.cpu();  // the CUDA target's value (device/target.h)
   // The buffer holds a conjugate or negative view's base values: the CPU
   // tensor carries the same bits, so CPU ops (copy_, item) apply them.
   if (src.is_conj()) cpu = cpu._conj();
@@ -99,7 +101,7 @@ void copy_into_disc(const at::Tensor& dst, const at::Tensor& src) {
     to_ir(values.scalar_type());
     metrics::counters().transfers_to_disc++;
     // A snapshot: the caller may change its CPU tensor right after.
-    v = make_data(values.clone(at::MemoryFormat::Contiguous));
+    v = make_data(snapshot_on_target(values));
   }
   TraceLock lock;
   LazyStorage& s = lazy_storage_of(dst);

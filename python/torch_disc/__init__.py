@@ -84,7 +84,7 @@ def _finish_at_exit() -> None:
 atexit.register(_finish_at_exit)
 
 __all__ = ["compile", "export", "load", "sync", "wait", "set_async", "mark_step", "metrics", "options", "graph_text", "explain",
-           "compile_log", "build_components"]
+           "compile_log", "build_components", "target"]
 
 
 def sync(cause: str = "user", wait: bool = False) -> None:
@@ -124,6 +124,13 @@ mark_step = sync
 def graph_text(*tensors: torch.Tensor) -> str:
     """The IR of the pending graph that computes ``tensors`` (for debugging)."""
     return _C.graph_text(list(tensors))
+
+
+def target() -> str:
+    """Where disc values live (``DISC_TARGET``): ``"cpu"``, or ``"cuda"`` when
+    they are in the GPU's memory and graphs run ATen's CUDA kernels. Raises
+    when ``DISC_TARGET=cuda`` and torch sees no GPU."""
+    return _C.target()
 
 
 def build_components() -> dict:

@@ -32,9 +32,12 @@ def set_device(device) -> None:
 
 def synchronize(device=None) -> None:
     """Runs all pending disc work (a sync with cause "synchronize") and waits
-    until it is done, as ``torch.cuda.synchronize`` does; raises its error."""
+    until it is done (on the CUDA target, the GPU's too), as
+    ``torch.cuda.synchronize`` does; raises its error."""
     _C.sync("synchronize")
     _C.wait()
+    if _C.target() == "cuda":  # the graphs' CUDA kernels have been queued, not run
+        torch.cuda.synchronize()
 
 
 def manual_seed(seed: int) -> None:
