@@ -9,7 +9,8 @@
 #       (tests/python/minimal_build_cases.py) and runs the CUDA target's
 #       checks (DISC_TARGET=cuda, tests/python/cuda_target_cases.py); then
 #       compiles each kernel with NVRTC (CuPy), launches it with several
-#       launch configurations and compares (tools/gpu_check.py).
+#       launch configurations and compares (tools/gpu_check.py), and times
+#       each at [16384, 4096] against a device-to-device copy (--bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=build/cuda_sweep
@@ -27,6 +28,7 @@ case "${1:-}" in
     DISC_TARGET=cuda TORCH_DEVICE_BACKEND_AUTOLOAD=0 DISC_PERSISTENT_CACHE=0 \
       python3 tests/python/cuda_target_cases.py build-minimal/python || status=1
     python3 tools/gpu_check.py "$DIR" || status=1
+    python3 tools/gpu_check.py --bench "$DIR" || status=1
     exit "${status:-0}"
     ;;
   *)

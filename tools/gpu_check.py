@@ -8,9 +8,13 @@ rows (one per block or chunk of rows), added up here as the launcher adds
 them.
 
     python3 tools/gpu_check.py DIR
+    python3 tools/gpu_check.py --bench DIR
 
 Prints one line per kernel and configuration that differs and a summary;
-exits 1 if any did. Needs CuPy and a GPU (the device machine has both).
+exits 1 if any did. --bench times each kernel at [16384, 4096] instead and
+prints its bandwidth against a device-to-device copy of as many bytes (the
+CUDA target's memory-bound kernels are meant to reach 70% of it). Needs
+CuPy and a GPU (the device machine has both).
 """
 import json
 import sys
@@ -126,7 +130,77 @@ def check(directory):
     return failures == 0
 
 
+def scaled(meta, rows, n):
+    """The kernel's space made [rows, n] (leading dims folded into rows), and
+    each input's strides and element count for it: dense, broadcast where
+    the dumped strides are 0."""
+    rank = len(meta["sizes"])
+    sizes = [1] * (rank - 2) + [rows, n] if rank >= 2 else [rows * n]
+    strides, counts = [], []
+    for k in range(len(meta["inputs"])):
+        dumped = meta["strides"][k * rank:(k + 1) * rank]
+        own, step = [0] * rank, 1
+        for a in reversed(range(rank)):
+            if dumped[a] != 0 and sizes[a] != 1:
+                own[a], step = step, step * sizes[a]
+        strides += own
+        counts.append(step)
+    return sizes, strides, counts
+
+
+def bench(directory, rows=16384, n=4096, repeats=20):
+    """Each kernel at [rows, n] (the leading dims folded into rows): its
+    bytes moved (inputs read once, outputs written once) per second, against
+    a device-to-device copy of as many bytes. Prints one line per kernel."""
+    import cupy as cp
+
+    directory = Path(directory)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+
+    def timed(launch):
+        launch()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(repeats):
+            launch()
+        stop.record()
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3 / repeats
+
+    print(f"kernels at [{rows}, {n}] (seconds per launch, GB/s, share of a same-size D2D copy)")
+    for path in sorted(directory.glob("k*.json"), key=lambda p: int(p.stem[1:])):
+        meta = json.loads(path.read_text())
+        source = (directory / meta["source"]).read_text()
+        kernel = cp.RawModule(code=source, options=("--std=c++17",)).get_function(meta["name"])
+        sizes, strides, counts = scaled(meta, rows, n)
+        inputs = [cp.random.random(c).astype(DTYPES[i["dtype"]]) if i["dtype"] != "bfloat16"
+                  else cp.full(c, 0x3F80, dtype=np.uint16) for c, i in zip(counts, meta["inputs"])]
+        kind, total = meta["kind"], rows * n
+        if kind == "loop":
+            grid, block, last = (sms * 8,), 256, total
+        elif kind == "row":
+            grid, block, last = (min(rows, sms * 16),), 256 if n >= 1024 else 64, rows
+        else:
+            grid, block, last = ((n + 127) // 128, min(rows, sms * 4)), 128, rows
+        partial = sizes[0] if meta["per_outer"] else (grid[0] if kind == "row" else grid[-1])
+        outputs = [cp.empty(n * partial if o["per_column"] else rows if o["per_row"] else total,
+                            dtype=np.uint16 if o["bf16"] else np.float32) for o in meta["outputs"]]
+        args = (*inputs, *outputs, cp.asarray(np.array(sizes, dtype=np.int64)),
+                cp.asarray(np.array(strides, dtype=np.int64)),
+                cp.asarray(np.array(meta["scalars"] or [0.0], dtype=np.float64)), np.int64(last))
+        seconds = timed(lambda: kernel(grid, (block,), args))
+        moved = sum(x.nbytes for x in inputs) + sum(o.nbytes for o in outputs)
+        src, dst = cp.empty(moved // 2, dtype=np.uint8), cp.empty(moved // 2, dtype=np.uint8)
+        copy = timed(lambda: dst.__setitem__(slice(None), src))  # reads and writes `moved` bytes
+        print(f"{path.stem:>4} {meta['case'][:44]:<44} {kind:<6} {seconds:.2e} s "
+              f"{moved / seconds / 1e9:7.1f} GB/s  {copy / seconds:5.0%} of copy")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    args = [a for a in sys.argv[1:] if a != "--bench"]
+    if len(args) != 1:
         sys.exit(__doc__)
-    sys.exit(0 if check(sys.argv[1]) else 1)
+    if "--bench" in sys.argv:
+        bench(args[0])
+        sys.exit(0)
+    sys.exit(0 if check(args[0]) else 1)

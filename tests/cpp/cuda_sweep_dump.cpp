@@ -1,9 +1,10 @@
 // Writes the CUDA sweep's trials (cuda_sweep_trials.h) for a GPU check:
 // per kernel k<i>.cu (its CUDA C++), k<i>.json (name, kind, sizes,
-// strides, scalars, buffers, which outputs are per-column partials and
-// whether they combine by max) and the raw input and expected-output
-// buffers, which tools/gpu_check.py reads on a machine with a GPU
-// (scripts/gpu_check.sh). The expected outputs are the CPU kernels'.
+// strides, scalars, buffers, which outputs are per row or per-column
+// partials and whether those combine by max) and the raw input and
+// expected-output buffers, which tools/gpu_check.py reads on a machine
+// with a GPU (scripts/gpu_check.sh). The expected outputs are the CPU
+// kernels'.
 //
 //   cuda_sweep_dump DIR [SCALE]
 #include <filesystem>
@@ -78,6 +79,8 @@ int main(int argc, char** argv) {
       json << (k ? ", " : "") << "{\"file\": \"" << file << "\", \"bf16\": " << (t.out_bf16[k] ? "true" : "false")
            << ", \"count\": " << t.out_count[k] << ", \"per_column\": "
            << (t.cuda.outputs[k].extent == disc::lowering::KernelOutput::Extent::kPerColumn ? "true" : "false")
+           << ", \"per_row\": "
+           << (t.cuda.outputs[k].extent == disc::lowering::KernelOutput::Extent::kPerRow ? "true" : "false")
            << ", \"max\": "
            << (t.cuda.outputs[k].combine == disc::lowering::KernelOutput::Combine::kMax ? "true" : "false")
            << "}";
