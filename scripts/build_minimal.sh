@@ -15,10 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-minimal}
 PY=${PYTHON:-python3}
-# The compiles are the same as the main build's, whose objects ccache keeps:
-# only the runtime's few files and the links are new. (The build directory
-# differs: leave the working directory out of ccache's hash.)
-export CCACHE_NOHASHDIR=1 CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+# The compiles are the same as the main build's, whose objects ccache keeps
+# (CMakeLists.txt): only the runtime's few files and the links are new.
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 PKG="$PWD/$BUILD/python/torch_disc"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \

@@ -43,9 +43,7 @@ fi
 # An editable install: `import torch_disc` finds python/torch_disc from
 # anywhere, with the extension built in-tree; build/ holds the GoogleTest
 # suite too, so that ctest runs from the same build.
-# (Without the build directory in ccache's hash, scripts/build_minimal.sh
-# reuses these objects.)
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache} CCACHE_NOHASHDIR=1
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 $PY -m pip install -q --root-user-action=ignore --no-build-isolation --no-deps --editable . \
   -Cbuild-dir=build -Ccmake.define.DISC_BUILD_TESTS=ON
 echo "setup: installed torch_disc (editable) with $(ls python/torch_disc/_C*.so)"
