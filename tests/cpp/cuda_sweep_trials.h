@@ -77,8 +77,9 @@ struct Trial {
 };
 
 // Every sweep group's trial, its space's dims d > 1 made d * scale + 1 (odd
-// sizes; inputs broadcast as in the graph).
-inline std::vector<Trial> sweep_trials(int64_t scale, std::mt19937& rng) {
+// sizes; inputs broadcast as in the graph), the last dim's by
+// `last_scale` where it is given (rows wider than a block, few of them).
+inline std::vector<Trial> sweep_trials(int64_t scale, std::mt19937& rng, int64_t last_scale = 0) {
   using namespace lowering;
   std::vector<Trial> out;
   for (const Case& c : sweep()) {
@@ -94,10 +95,13 @@ inline std::vector<Trial> sweep_trials(int64_t scale, std::mt19937& rng) {
       t.name = c.name;
       t.cuda = *cuda;
       const uint32_t R = cuda->rank;
-      auto grow = [&](int64_t d) { return d == 1 ? d : d * scale + (scale > 1); };
+      auto grow = [&](int64_t d, bool last) {
+        const int64_t s = last && last_scale ? last_scale : scale;
+        return d == 1 ? d : d * s + (s > 1);
+      };
       std::vector<int64_t> space = p.ops[cuda->space.node].node->outputs[cuda->space.index].sizes;
       space.insert(space.begin(), R - space.size(), 1);  // row kernels: at least 2-D
-      for (int64_t& d : space) d = grow(d);
+      for (size_t a = 0; a < space.size(); ++a) space[a] = grow(space[a], a + 1 == space.size());
       t.sizes = space;
       t.total = 1;
       for (int64_t d : space) t.total *= d;
@@ -106,7 +110,7 @@ inline std::vector<Trial> sweep_trials(int64_t scale, std::mt19937& rng) {
         const ir::GraphRef& in = cuda->inputs[k];
         std::vector<int64_t> sizes = p.ops[in.node].node->outputs[in.index].sizes;
         int64_t n = 1;
-        for (int64_t& d : sizes) n *= (d = grow(d));
+        for (size_t a = 0; a < sizes.size(); ++a) n *= (sizes[a] = grow(sizes[a], a + 1 == sizes.size()));
         t.inputs.push_back(random_buffer(cuda->input_dtypes[k], n, rng));
         std::vector<int64_t> s(R, 0);
         int64_t step = 1;
