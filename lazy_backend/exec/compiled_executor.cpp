@@ -350,46 +350,37 @@ class CompiledExecutor final : public Executor {
   const char* name() const override { return "compiled"; }
   std::unique_ptr<Executable> compile(const ir::Graph& g, const Program* plan) override {
     if (!plan) return reference_executor().compile(g, nullptr);
-    if (value_device().is_cuda()) return on_cuda(g);
-    if (!plan->plan.kernels.empty() && !runtime::has_cpu_codegen()) return without_codegen(g);
+    // The CUDA target (device/target.h): the plan's kernels are CPU code and
+    // its library calls oneDNN's, and the CUDA kernels (cuda_kernels.h) are
+    // not launched yet; the reference executor's ATen calls are CUDA kernels there.
+    if (value_device().is_cuda()) {
+      static std::once_flag warned;
+      return on_reference(g, "executor.cuda_reference", warned,
+                          "DISC_TARGET=cuda runs graphs on the reference executor (ATen's CUDA "
+                          "kernels): generated CUDA kernels are not launched yet");
+    }
+    if (!plan->plan.kernels.empty() && !runtime::has_cpu_codegen()) {  // runtime/components.h
+      static std::once_flag warned;
+      return on_reference(g, "executor.no_cpu_codegen", warned,
+                          "this build has no CPU code generator (MLIR 15 was not found when it was "
+                          "built): graphs with fused kernels run on the reference executor");
+    }
     try {
       if (fault_injected("codegen")) throw std::runtime_error("DISC_INJECT_FAULT=codegen");
       return std::make_unique<CompiledExecutable>(g, *plan);
     } catch (const std::exception& e) {
-      // Same results, slower: counted and said once.
-      metrics::bump("compile_failures");
       static std::once_flag warned;
-      std::call_once(warned, [&] {
-        TORCH_WARN("disc: codegen failed, graph runs on the reference executor: ", e.what());
-      });
-      return reference_executor().compile(g, nullptr);
+      return on_reference(g, "compile_failures", warned,
+                          std::string("codegen failed, graph runs on the reference executor: ") + e.what());
     }
   }
 
  private:
-  // A build without the CPU code generator (runtime/components.h): a graph
-  // whose plan has fused kernels runs on the reference executor, counted.
-  static std::unique_ptr<Executable> without_codegen(const ir::Graph& g) {
-    metrics::bump("executor.no_cpu_codegen");
-    static std::once_flag warned;
-    std::call_once(warned, [] {
-      TORCH_WARN("disc: this build has no CPU code generator (MLIR 15 was not found when it was "
-                 "built): graphs with fused kernels run on the reference executor");
-    });
-    return reference_executor().compile(g, nullptr);
-  }
-
-  // The CUDA target (device/target.h): the plan's kernels are CPU code and
-  // its library calls oneDNN's, and the CUDA kernels (cuda_kernels.h) are
-  // not launched yet: every graph runs on the reference executor, whose
-  // ATen calls are CUDA kernels there. Counted, and said once.
-  static std::unique_ptr<Executable> on_cuda(const ir::Graph& g) {
-    metrics::bump("executor.cuda_reference");
-    static std::once_flag warned;
-    std::call_once(warned, [] {
-      TORCH_WARN("disc: DISC_TARGET=cuda runs graphs on the reference executor (ATen's CUDA "
-                 "kernels): generated CUDA kernels are not launched yet");
-    });
+  // Same results, slower: counted under `counter`, and said once (`warned`).
+  static std::unique_ptr<Executable> on_reference(const ir::Graph& g, const char* counter,
+                                                  std::once_flag& warned, const std::string& why) {
+    metrics::bump(counter);
+    std::call_once(warned, [&] { TORCH_WARN("disc: ", why); });
     return reference_executor().compile(g, nullptr);
   }
 };

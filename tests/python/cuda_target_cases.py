@@ -15,6 +15,7 @@ if len(sys.argv) > 1:  # a build other than the installed one (minimal_build_cas
 import torch  # noqa: E402
 import torch_disc  # noqa: E402
 import torch_disc.dynamo  # noqa: E402
+from mlp_losses import mlp_losses  # noqa: E402  (beside this file)
 
 failures = []
 
@@ -23,30 +24,6 @@ def check(name, ok, detail=""):
     print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"), flush=True)
     if not ok:
         failures.append(name)
-
-
-def mlp(dropout):
-    torch.manual_seed(0)
-    layers = [torch.nn.Linear(784, 128), torch.nn.ReLU()]
-    if dropout:
-        layers.append(torch.nn.Dropout(0.1))
-    return torch.nn.Sequential(*layers, torch.nn.Linear(128, 10))
-
-
-def losses(device, dropout=False, steps=5):
-    model = mlp(dropout).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(1)
-    out = []
-    for _ in range(steps):
-        x = torch.randn(64, 784, generator=gen).to(device)
-        y = torch.randint(0, 10, (64,), generator=gen).to(device)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        out.append(loss.item())
-    return out
 
 
 def close(a, b, rel):
@@ -64,6 +41,10 @@ check("it reads back", bool((big.cpu() == 1).all()))
 del big
 
 torch_disc.metrics.reset()
+def losses(device, dropout=0.0):
+    return mlp_losses(device, hidden=128, batch=64, dropout=dropout, optimizer=torch.optim.AdamW)
+
+
 disc = losses("disc")
 cuda = losses("cuda")
 cpu = losses("cpu")
@@ -76,7 +57,7 @@ check("no CPU fallback", c["fallbacks"] == 0, str(c["fallbacks"]))
 
 # Dropout draws on the host from each node's seed: the CPU target's numbers.
 torch_disc.metrics.reset()
-with_dropout = losses("disc", dropout=True)
+with_dropout = losses("disc", dropout=0.1)
 check("random ops run on the host", torch_disc.metrics.counters().get("replay.random_on_host", 0) >= 5)
 check("dropout training gives finite losses", all(torch.isfinite(torch.tensor(with_dropout))), str(with_dropout))
 
