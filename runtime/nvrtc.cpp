@@ -1,5 +1,8 @@
 #include "runtime/nvrtc.h"
 
+#include <cstdio>
+#include <iterator>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -32,6 +35,56 @@ Resources parse_resources(const std::string& log, const std::string& kernel) {
   return r;
 }
 
+namespace {
+
+// An entry: the source's size and text, the resources, the cubin.
+std::string entry(const std::string& source, const Compiled& c) {
+  const Resources& r = c.resources;
+  std::ostringstream out;
+  out << source.size() << "\n" << source << r.registers << " " << r.spill_store_bytes << " "
+      << r.spill_load_bytes << " " << r.shared_bytes << " " << r.stack_bytes << "\n";
+  out.write(c.cubin.data(), static_cast<std::streamsize>(c.cubin.size()));
+  return out.str();
+}
+
+// The compiled kernel in `payload`, or nullopt when it is of another source.
+std::optional<Compiled> from_entry(const std::string& payload, const std::string& source,
+                                   const std::string& arch) {
+  std::istringstream in(payload);
+  size_t size = 0;
+  if (!(in >> size) || in.get() != '\n' || size != source.size()) return std::nullopt;
+  std::string text(size, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(size)) || text != source) return std::nullopt;
+  Compiled c;
+  Resources& r = c.resources;
+  if (!(in >> r.registers >> r.spill_store_bytes >> r.spill_load_bytes >> r.shared_bytes >> r.stack_bytes) ||
+      in.get() != '\n')
+    return std::nullopt;
+  c.arch = arch;
+  c.cubin.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (c.cubin.empty()) return std::nullopt;
+  return c;
+}
+
+}  // namespace
+
+Compiled compile_cached(const DiskCache& cache, const std::string& source, const std::string& kernel,
+                        const std::string& arch, bool* hit) {
+  char key[64];
+  std::snprintf(key, sizeof key, "cuda.%016llx.%s",
+                static_cast<unsigned long long>(checksum(source + "\n" + arch)), arch.c_str());
+  if (std::optional<std::string> payload = cache.load(key)) {
+    if (std::optional<Compiled> c = from_entry(*payload, source, arch)) {
+      if (hit) *hit = true;
+      return *c;
+    }
+  }
+  if (hit) *hit = false;
+  Compiled c = compile(source, kernel, arch);
+  cache.store(key, entry(source, c));
+  return c;
+}
+
 #ifdef DISC_HAVE_NVRTC
 
 namespace {
@@ -53,6 +106,12 @@ std::string program_log(nvrtcProgram prog) {
 }  // namespace
 
 bool available() { return true; }
+
+std::string version() {
+  int major = 0, minor = 0;
+  check(nvrtcVersion(&major, &minor), "version");
+  return "nvrtc-" + std::to_string(major) + "." + std::to_string(minor);
+}
 
 Compiled compile(const std::string& source, const std::string& kernel, const std::string& arch) {
   nvrtcProgram prog;
@@ -81,6 +140,8 @@ Compiled compile(const std::string& source, const std::string& kernel, const std
 #else
 
 bool available() { return false; }
+
+std::string version() { return "no-nvrtc"; }
 
 Compiled compile(const std::string&, const std::string& kernel, const std::string& arch) {
   throw std::runtime_error("disc: this build has no NVRTC (the CUDA toolkit was not found): cannot "

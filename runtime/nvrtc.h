@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/disk_cache.h"
+
 namespace disc::runtime::nvrtc {
 
 // What ptxas reported for one kernel.
@@ -31,6 +33,18 @@ bool available();
 // kernel `kernel`'s resource use from ptxas. Throws std::runtime_error with
 // the compiler's log when the source does not compile.
 Compiled compile(const std::string& source, const std::string& kernel, const std::string& arch);
+
+// NVRTC's version ("nvrtc-13.0"), or "no-nvrtc": what a cache of its
+// cubins depends on (the DiskCache's version).
+std::string version();
+
+// compile(), with the cubin and its resources kept in `cache`: one entry per
+// kernel text and architecture, holding the text it was compiled from, so a
+// second process compiles nothing. `hit` (if set) says whether it came from
+// disk (then `log` is empty); an entry of another text, damaged or of
+// another NVRTC is compiled again and replaced.
+Compiled compile_cached(const DiskCache& cache, const std::string& source, const std::string& kernel,
+                        const std::string& arch, bool* hit = nullptr);
 
 // The numbers of one kernel in ptxas's verbose output (exposed for tests).
 Resources parse_resources(const std::string& log, const std::string& kernel);

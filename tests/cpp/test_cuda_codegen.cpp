@@ -6,6 +6,10 @@
 // within a register budget and without spills. (Running the kernels needs a GPU:
 // the CUDA target's parity tests do that where one is present.)
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "cuda_sweep.h"
 #include "graph_builder.h"
@@ -156,4 +160,43 @@ TEST(CudaLoopKernel, SweepCompilesForSm80AndSm90WithoutSpills) {
       EXPECT_EQ(r.stack_bytes, 0) << k.name << " " << arch;
     }
   }
+}
+
+TEST(NvrtcCache, ASecondCompileOfTheSameTextComesFromDisk) {
+  if (!runtime::nvrtc::available()) GTEST_SKIP() << "built without the CUDA toolkit (NVRTC)";
+  char tmpl[] = "/tmp/disc_nvrtc_cache_XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmpl));
+  const runtime::DiskCache cache(tmpl, runtime::nvrtc::version());
+  const std::vector<CudaKernel> kernels = sweep_kernels();
+  const CudaKernel& k = kernels.at(0);
+  bool hit = true;
+  const runtime::nvrtc::Compiled first = runtime::nvrtc::compile_cached(cache, k.source, k.name, "sm_90", &hit);
+  EXPECT_FALSE(hit);
+  const runtime::nvrtc::Compiled again = runtime::nvrtc::compile_cached(cache, k.source, k.name, "sm_90", &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(again.cubin, first.cubin);
+  EXPECT_EQ(again.resources.registers, first.resources.registers);
+  EXPECT_EQ(again.arch, "sm_90");
+  // Another architecture, another text: each its own entry.
+  runtime::nvrtc::compile_cached(cache, k.source, k.name, "sm_80", &hit);
+  EXPECT_FALSE(hit);
+  const CudaKernel& other = kernels.at(1);
+  runtime::nvrtc::compile_cached(cache, other.source, other.name, "sm_90", &hit);
+  EXPECT_FALSE(hit);
+  // A damaged entry is compiled again, and the new one serves next time.
+  for (const auto& f : std::filesystem::directory_iterator(tmpl)) {
+    std::fstream s(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    s.seekp(-3, std::ios::end);
+    s.put('\x5a');
+  }
+  const runtime::nvrtc::Compiled redone = runtime::nvrtc::compile_cached(cache, k.source, k.name, "sm_90", &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(redone.cubin, first.cubin);
+  runtime::nvrtc::compile_cached(cache, k.source, k.name, "sm_90", &hit);
+  EXPECT_TRUE(hit);
+  // Another NVRTC's entries are not used.
+  const runtime::DiskCache older(tmpl, "nvrtc-12.0");
+  runtime::nvrtc::compile_cached(older, k.source, k.name, "sm_90", &hit);
+  EXPECT_FALSE(hit);
+  std::filesystem::remove_all(tmpl);
 }
