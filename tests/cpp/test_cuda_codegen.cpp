@@ -14,6 +14,7 @@
 #include "cuda_sweep.h"
 #include "graph_builder.h"
 #include "lowering/codegen/cuda_kernels.h"
+#include "lowering/codegen/cuda_launch.h"
 #include "runtime/nvrtc.h"
 
 using namespace disc;
@@ -199,4 +200,54 @@ TEST(NvrtcCache, ASecondCompileOfTheSameTextComesFromDisk) {
   runtime::nvrtc::compile_cached(older, k.source, k.name, "sm_90", &hit);
   EXPECT_FALSE(hit);
   std::filesystem::remove_all(tmpl);
+}
+
+TEST(CudaLaunchShape, FillsTheGpuForEachKindAndSize) {
+  GraphBuilder b;
+  auto x = b.param({4, 6});
+  auto soft = b.op("aten::_softmax", {x}, {4, 6}, {GraphBuilder::integer(1), GraphBuilder::boolean(false)});
+  Program p = disc::testing::compiled({soft});
+  std::string why;
+  const CudaKernel rows = *emit_cuda_kernel(p, 0, &why);
+  ASSERT_EQ(rows.launch, CudaKernel::Launch::kRows);
+  // BERT's attention softmax, [batch * heads * seq, seq], on 132 SMs: a
+  // thread per 4 columns, blocks to fill the SMs, at most one per row.
+  CudaLaunchShape s = cuda_launch_shape(rows, {8 * 12 * 128, 128}, 132);
+  EXPECT_EQ(s.block_x, 32u);
+  EXPECT_EQ(s.grid_x, 132u * 64);
+  EXPECT_EQ(s.partial_rows, 0u);
+  s = cuda_launch_shape(rows, {3, 4096}, 132);  // few wide rows
+  EXPECT_EQ(s.block_x, 1024u);
+  EXPECT_EQ(s.grid_x, 3u);
+  s = cuda_launch_shape(rows, {0, 768}, 132);  // an empty batch still launches one block
+  EXPECT_EQ(s.grid_x, 1u);
+
+  GraphBuilder b2;
+  ir::NodePtr ln = disc::testing::layer_norm_backward(b2, b2.param({4, 6}), true);
+  Program p2 = disc::testing::compiled({{ln, 0}, {ln, 1}, {ln, 2}});
+  s = cuda_launch_shape(*emit_cuda_kernel(p2, 0, &why), {4096, 768}, 132);
+  EXPECT_EQ(s.block_x, 192u);
+  EXPECT_EQ(s.grid_x, 132u * 10);
+  EXPECT_EQ(s.partial_rows, s.grid_x);  // dw and db: a row per block
+
+  GraphBuilder b3;
+  Program p3 = disc::testing::compiled({b3.op("aten::sum.dim_IntList", {b3.param({4, 6})}, {6},
+                                               {GraphBuilder::ints({0}), GraphBuilder::boolean(false),
+                                                ir::Attr::none()})});
+  const CudaKernel columns = *emit_cuda_kernel(p3, 0, &why);
+  s = cuda_launch_shape(columns, {4096, 768}, 132);  // nn.Linear's bias gradient
+  EXPECT_EQ(s.block_x, 128u);
+  EXPECT_EQ(s.grid_x, 6u);
+  EXPECT_EQ(s.grid_y, 132u * 4 / 6);
+  EXPECT_EQ(s.partial_rows, s.grid_y);
+  s = cuda_launch_shape(columns, {2, 768}, 132);  // no more chunks than rows
+  EXPECT_EQ(s.grid_y, 2u);
+
+  GraphBuilder b4;
+  Program p4 = disc::testing::compiled({b4.op("aten::mul.Tensor", {b4.param({4, 6}), b4.param({6})}, {4, 6})});
+  const CudaKernel loop = *emit_cuda_kernel(p4, 0, &why);
+  s = cuda_launch_shape(loop, {4096, 768}, 132);
+  EXPECT_EQ(s.block_x, 256u);
+  EXPECT_EQ(s.grid_x, 132u * 8);
+  EXPECT_EQ(cuda_launch_shape(loop, {5, 6}, 132).grid_x, 1u);
 }

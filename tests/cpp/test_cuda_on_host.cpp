@@ -5,16 +5,18 @@
 // exchange between them, __shared__ arrays shared by the block -- and
 // compared with the CPU target's MLIR kernel for the same group on the same
 // inputs (broadcast strides, runtime scalars, bf16 bits and bool masks
-// included). Each kernel runs in several launch shapes (one to five blocks,
-// 32 or 64 threads, 2-D grids for column kernels), as tools/gpu_check.py
-// runs them on a GPU, with per-column partial rows added up (or their
-// maximum taken) as the launcher does. Blocks run one after another, in
-// order or last to first, so a block that relies on another's writes
-// fails. What this cannot check -- the device's math functions, warps that
-// really run in lockstep, blocks that race, speed -- needs a GPU.
+// included). Each kernel runs in several launch shapes (one to five
+// blocks, 32 to 256 threads, 2-D grids for column kernels, and the one
+// cuda_launch_shape picks), as tools/gpu_check.py runs them on a GPU, with
+// per-column partial rows added up (or their maximum taken) as the
+// launcher does. Blocks run one after another, in order or last to first,
+// so a block that relies on another's writes fails. What this cannot check
+// -- the device's math functions, warps that really run in lockstep,
+// blocks that race, speed -- needs a GPU.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,7 @@
 #include <utility>
 
 #include "cuda_sweep_trials.h"
+#include "lowering/codegen/cuda_launch.h"
 
 using namespace disc;
 using namespace disc::lowering;
@@ -158,14 +161,22 @@ struct Shape {
   bool reversed = false;  // blocks last to first: a block must not rely on another's writes
 };
 
-// The launch shapes each kind runs in here (blockDim.x whole warps).
-std::vector<Shape> shapes(CudaKernel::Launch kind) {
-  switch (kind) {
-    case CudaKernel::Launch::kElements: return {{1, 1, 32}, {3, 1, 64}};
-    case CudaKernel::Launch::kRows: return {{1, 1, 32}, {2, 1, 64}, {5, 1, 32, true}};
-    case CudaKernel::Launch::kColumns: return {{1, 1, 32}, {2, 3, 32, true}};
+// The launch shapes a kernel runs in here (blockDim.x whole warps): a few
+// of each kind's, and the one cuda_launch_shape picks for a GPU of one SM.
+std::vector<Shape> shapes(const disc::testing::Trial& t) {
+  const CudaLaunchShape picked = cuda_launch_shape(t.cuda, t.sizes, 1);
+  std::vector<Shape> out{{picked.grid_x, picked.grid_y, picked.block_x}};
+  switch (t.cuda.launch) {
+    case CudaKernel::Launch::kElements: out.insert(out.end(), {{1, 1, 32}, {3, 1, 64}}); break;
+    case CudaKernel::Launch::kRows: out.insert(out.end(), {{1, 1, 32}, {2, 1, 64}, {5, 1, 32, true}}); break;
+    case CudaKernel::Launch::kColumns: out.insert(out.end(), {{1, 1, 32}, {2, 3, 32, true}}); break;
   }
-  return {};
+  return out;
+}
+
+bool has_partials(const disc::testing::Trial& t) {
+  return std::any_of(t.cuda.outputs.begin(), t.cuda.outputs.end(),
+                     [](const KernelOutput& o) { return o.extent == KernelOutput::Extent::kPerColumn; });
 }
 
 // How many partial rows a per-column output has in this launch: a block's
@@ -213,7 +224,11 @@ TEST(CudaKernelsOnHost, MatchTheCpuKernelsOfEverySweepGroupInEveryShape) {
       HostKernel& h = built[t.cuda.name];
       if (!h.fn) h = build_on_host(t.cuda, dir);
       ASSERT_TRUE(h.fn && h.grid);
-      for (const Shape& s : shapes(t.cuda.launch)) {
+      // The picked shape's count of partial rows is the one the kernel writes.
+      const Shape picked = shapes(t)[0];
+      EXPECT_EQ(cuda_launch_shape(t.cuda, t.sizes, 1).partial_rows,
+                has_partials(t) ? partial_rows(t, picked) : 0u) << t.name;
+      for (const Shape& s : shapes(t)) {
         // NaN, not zeros: a kernel must write (or clear) all that is read back.
         std::vector<std::vector<char>> outs;
         for (size_t k = 0; k < t.expected.size(); ++k) {
