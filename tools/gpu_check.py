@@ -148,6 +148,19 @@ def scaled(meta, rows, n):
     return sizes, strides, counts
 
 
+def launch_shape(meta, rows, n, sms):
+    """(grid, block) as lowering/codegen/cuda_launch.h picks them (its
+    rules, kept in step by hand; sizes here are [rows, n])."""
+    if meta["kind"] == "loop":
+        return (max(1, min((rows * n + 255) // 256, sms * 8)),), 256
+    if meta["kind"] == "row":
+        threads = min(max(((n + 3) // 4 + 31) // 32 * 32, 32), 1024)
+        return (max(1, min(rows, sms * (2048 // threads))),), threads
+    columns = max((n + 127) // 128, 1)
+    chunks = 1 if meta["per_outer"] else max(1, min(sms * 4 // columns, rows))
+    return (columns, min(chunks, 65535)), 128
+
+
 def bench(directory, rows=16384, n=4096, repeats=20):
     """Each kernel at [rows, n] (the leading dims folded into rows): its
     bytes moved (inputs read once, outputs written once) per second, against
@@ -176,12 +189,8 @@ def bench(directory, rows=16384, n=4096, repeats=20):
         inputs = [cp.random.random(c).astype(DTYPES[i["dtype"]]) if i["dtype"] != "bfloat16"
                   else cp.full(c, 0x3F80, dtype=np.uint16) for c, i in zip(counts, meta["inputs"])]
         kind, total = meta["kind"], rows * n
-        if kind == "loop":
-            grid, block, last = (sms * 8,), 256, total
-        elif kind == "row":
-            grid, block, last = (min(rows, sms * 16),), 256 if n >= 1024 else 64, rows
-        else:
-            grid, block, last = ((n + 127) // 128, min(rows, sms * 4)), 128, rows
+        grid, block = launch_shape(meta, rows, n, sms)
+        last = total if kind == "loop" else rows
         partial = sizes[0] if meta["per_outer"] else (grid[0] if kind == "row" else grid[-1])
         outputs = [cp.empty(n * partial if o["per_column"] else rows if o["per_row"] else total,
                             dtype=np.uint16 if o["bf16"] else np.float32) for o in meta["outputs"]]
