@@ -24,7 +24,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <utility>
 
 #include "cuda_sweep_trials.h"
 #include "lowering/codegen/cuda_launch.h"
@@ -34,74 +33,16 @@ using namespace disc::lowering;
 
 namespace {
 
-constexpr const char* kHostShim = R"(#include <cmath>
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
-#include <thread>
-#include <vector>
-struct disc_dim3 { unsigned x = 0, y = 0, z = 0; };
-static disc_dim3 gridDim, blockDim, blockIdx;  // one block runs at a time
-static thread_local disc_dim3 threadIdx;
-static const int warpSize = 32;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __shared__ static
-// A barrier of the block's threads.
-static std::mutex disc_mu;
-static std::condition_variable disc_cv;
-static unsigned disc_waiting = 0, disc_generation = 0;
-static void __syncthreads() {
-  std::unique_lock<std::mutex> lock(disc_mu);
-  const unsigned generation = disc_generation;
-  if (++disc_waiting == blockDim.x) {
-    disc_waiting = 0;
-    ++disc_generation;
-    disc_cv.notify_all();
-  } else {
-    disc_cv.wait(lock, [&] { return disc_generation != generation; });
-  }
-}
-// Every lane posts its value, then reads its partner's. The kernels shuffle
-// in control flow uniform over the block, so block barriers bracket it.
-static float disc_lanes[1024];
-static float __shfl_xor_sync(unsigned, float v, int lane_mask) {
-  disc_lanes[threadIdx.x] = v;
-  __syncthreads();
-  const float other = disc_lanes[threadIdx.x ^ lane_mask];
-  __syncthreads();
-  return other;
-}
-static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
-// Runs kernel(ctx) on a grid of gx x gy blocks of bx threads, the blocks
-// in order or last to first.
-extern "C" void disc_host_grid(unsigned gx, unsigned gy, unsigned bx, bool reversed, void (*kernel)(void*),
-                               void* ctx) {
-  gridDim = {gx, gy, 1};
-  blockDim = {bx, 1, 1};
-  for (unsigned b = 0; b < gx * gy; ++b) {
-    const unsigned i = reversed ? gx * gy - 1 - b : b;
-    blockIdx = {i % gx, i / gx, 0};
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < bx; ++t) threads.emplace_back([=] { threadIdx = {t, 0, 0}; kernel(ctx); });
-    for (std::thread& th : threads) th.join();
-  }
-}
-)";
-
 // A kernel built as a host shared library: its entry point and the grid
 // runner of its shim.
 struct HostKernel {
   void* fn = nullptr;
-  void (*grid)(unsigned, unsigned, unsigned, bool, void (*)(void*), void*) = nullptr;
+  void (*launch)(unsigned, unsigned, unsigned, bool, void*, void**, unsigned, long long) = nullptr;
 };
 
 HostKernel build_on_host(const CudaKernel& k, const std::string& dir) {
   const std::string src = dir + "/" + k.name + ".cpp", lib = dir + "/" + k.name + ".so";
-  std::ofstream(src) << kHostShim << k.source;
+  std::ofstream(src) << "#include \"" DISC_HOST_SHIM "\"\n" << k.source;
   const std::string cmd = std::string(DISC_HOST_CXX) + " -std=c++17 -O1 -pthread -shared -fPIC -o " + lib +
                           " " + src + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << k.source;
@@ -110,26 +51,8 @@ HostKernel build_on_host(const CudaKernel& k, const std::string& dir) {
   if (!handle) return {};
   HostKernel h;
   h.fn = dlsym(handle, k.name.c_str());
-  h.grid = reinterpret_cast<decltype(h.grid)>(dlsym(handle, "disc_host_grid"));
+  h.launch = reinterpret_cast<decltype(h.launch)>(dlsym(handle, "disc_host_launch"));
   return h;
-}
-
-// Calls a kernel whose arguments are all pointers but the last (a long
-// long): on x86-64 both go in integer registers, then on the stack alike.
-template <size_t... I>
-void call_with(void* fn, const std::vector<void*>& ptrs, long long last, std::index_sequence<I...>) {
-  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))..., long long)>(fn)(ptrs[I]..., last);
-}
-
-template <size_t N = 4>
-void call(void* fn, const std::vector<void*>& ptrs, long long last) {
-  if constexpr (N > 16) {
-    FAIL() << "no caller for " << ptrs.size() << " pointer arguments";
-  } else if (ptrs.size() == N) {
-    call_with(fn, ptrs, last, std::make_index_sequence<N>());
-  } else {
-    call<N + 1>(fn, ptrs, last);
-  }
 }
 
 // `count` NaNs: f32, or bf16's bits.
@@ -142,18 +65,6 @@ std::vector<char> nan_buffer(int64_t count, bool bf16) {
     else std::memcpy(out.data() + 4 * i, &f32, 4);
   }
   return out;
-}
-
-// What every emulated thread runs: the kernel with the launch's arguments.
-struct Launch {
-  void* fn;
-  std::vector<void*> ptrs;
-  long long last;
-};
-
-void run_kernel(void* launch) {
-  const Launch& l = *static_cast<const Launch*>(launch);
-  call(l.fn, l.ptrs, l.last);
 }
 
 struct Shape {
@@ -223,7 +134,7 @@ TEST(CudaKernelsOnHost, MatchTheCpuKernelsOfEverySweepGroupInEveryShape) {
     for (disc::testing::Trial& t : disc::testing::sweep_trials(scale, rng, last_scale)) {
       HostKernel& h = built[t.cuda.name];
       if (!h.fn) h = build_on_host(t.cuda, dir);
-      ASSERT_TRUE(h.fn && h.grid);
+      ASSERT_TRUE(h.fn && h.launch);
       // The picked shape's count of partial rows is the one the kernel writes.
       const Shape picked = shapes(t)[0];
       EXPECT_EQ(cuda_launch_shape(t.cuda, t.sizes, 1).partial_rows,
@@ -237,13 +148,14 @@ TEST(CudaKernelsOnHost, MatchTheCpuKernelsOfEverySweepGroupInEveryShape) {
           outs.push_back(nan_buffer(partials && !t.cuda.per_outer ? partial_rows(t, s) * n : t.out_count[k],
                                     t.out_bf16[k]));
         }
-        Launch l{h.fn, {}, t.cuda.launch == CudaKernel::Launch::kElements ? t.total : t.rows};
-        for (auto& in : t.inputs) l.ptrs.push_back(in.data());
-        for (auto& o : outs) l.ptrs.push_back(o.data());
-        l.ptrs.push_back(t.sizes.data());
-        l.ptrs.push_back(t.strides.data());
-        l.ptrs.push_back(t.scalars.data());
-        h.grid(s.gx, s.gy, s.bx, s.reversed, &run_kernel, &l);
+        std::vector<void*> ptrs;
+        for (auto& in : t.inputs) ptrs.push_back(in.data());
+        for (auto& o : outs) ptrs.push_back(o.data());
+        ptrs.push_back(t.sizes.data());
+        ptrs.push_back(t.strides.data());
+        ptrs.push_back(t.scalars.data());
+        h.launch(s.gx, s.gy, s.bx, s.reversed, h.fn, ptrs.data(), static_cast<unsigned>(ptrs.size()),
+                 t.cuda.launch == CudaKernel::Launch::kElements ? t.total : t.rows);
         ++launches;
         for (size_t k = 0; k < outs.size(); ++k) {
           const std::vector<float> got = combined(t, k, outs[k], s);
