@@ -74,12 +74,12 @@ def report() -> str:
             c.get("planned.kLoop", 0), c.get("planned.kInput", 0), c.get("planned.kStitch", 0),
             c.get("planned.library_calls", 0), c.get("planned.unfused_ops", 0))),
         ("compile failures", f"{c.get('compile_failures', 0)}"),
+        # A build without the code generator (torch_disc.build_components()).
+        *([("no CPU codegen", f"{c['executor.no_cpu_codegen']} graphs on the reference executor")]
+          if c.get("executor.no_cpu_codegen", 0) else []),
         ("transfers to cpu / disc", f"{c['transfers_to_cpu']} / {c['transfers_to_disc']}"),
         ("syncs", f"{c['syncs']}"),
     ]
-    if c.get("executor.no_cpu_codegen", 0):  # torch_disc.build_components()
-        rows.insert(rows.index(("compile failures", f"{c.get('compile_failures', 0)}")) + 1,
-                    ("no CPU codegen", f"{c['executor.no_cpu_codegen']} graphs on the reference executor"))
     rows += [(f"  sync: {cause}", str(n)) for cause, n in sorted(syncs().items())]
     rows.append(("fallbacks", f"{c['fallbacks']}"))
     rows += [(f"  fallback: {op}", str(n)) for op, n in sorted(fallbacks().items())]
