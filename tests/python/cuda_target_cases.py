@@ -5,12 +5,12 @@ check and exits 1 if any failed.
 
     DISC_TARGET=cuda python3 tests/python/cuda_target_cases.py [PACKAGE_DIR]
 """
-import os
 import sys
 
-if len(sys.argv) > 1:  # a build other than the installed one (minimal_build_cases.py)
-    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "ScikitBuildRedirectingFinder"]
-    sys.path.insert(0, sys.argv[1])
+from other_build import use_package_dir  # beside this file
+
+if len(sys.argv) > 1:  # a build other than the installed one
+    use_package_dir(sys.argv[1])
 
 import torch  # noqa: E402
 import torch_disc  # noqa: E402

@@ -5,11 +5,9 @@ import json
 import os
 import sys
 
-# The editable install's import hook (scikit-build-core) sends `torch_disc`
-# to the source tree's extension before sys.path is consulted: drop it, so
-# that the minimal build's package is the one imported.
-sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "ScikitBuildRedirectingFinder"]
-sys.path.insert(0, sys.argv[1])
+from other_build import use_package_dir  # beside this file
+
+use_package_dir(sys.argv[1])
 
 import torch  # noqa: E402
 import torch_disc  # noqa: E402
