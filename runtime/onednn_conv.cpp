@@ -4,9 +4,12 @@
 //
 // Backward primitives need the forward primitive descriptor they belong to
 // as a hint (oneDNN picks matching implementations); the hint is made with
-// the same descriptors and is not kept.
+// the same descriptors and is not kept. Every layout and the scratchpad a
+// primitive needs come from its own descriptor's queries, never from what
+// one ISA's implementation happens to pick.
 #include "runtime/onednn_conv.h"
 #include "runtime/bf16.h"
+#include "runtime/onednn_engine.h"
 
 #include <algorithm>
 #include <cstring>
@@ -29,10 +32,7 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
+dnnl::engine& cpu_engine() { return onednn_cpu_engine(); }
 
 enum class Kind : uint8_t { kForward, kBackwardData, kBackwardWeights };
 
@@ -51,12 +51,14 @@ struct Key {
   }
 };
 
-// One cached primitive and the layouts it wants its buffers in.
+// One cached primitive, the layouts it wants its buffers in and the
+// scratchpad it needs per run.
 struct Conv {
   dnnl::primitive prim;
   memory::desc in0, in1, out0;  // forward: src, weights, dst; backward-data:
                                 // diff_dst, weights, diff_src; backward-weights:
                                 // src, diff_dst, diff_weights
+  memory::desc scratchpad;
 };
 
 Tag act_tag(ActLayout l) { return l == ActLayout::kNhwc ? Tag::nhwc : Tag::nchw; }
@@ -105,7 +107,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Key& k, const memory:
                                                      const memory::desc& w,
                                                      const memory::desc& dst) {
   const Geometry g = geometry(k.s);
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = onednn_attr();
   if (k.relu) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
@@ -130,22 +132,23 @@ Conv make_conv(const Key& k) {
   const auto alg = dnnl::algorithm::convolution_direct;
   if (k.kind == Kind::kForward) {
     auto pd = forward_pd(k, src, w, dst);
-    return {dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc()};
+    return {dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(),
+            pd.scratchpad_desc()};
   }
   if (k.kind == Kind::kBackwardData) {
     auto hint = forward_pd(k, src, w, dst);
     dnnl::convolution_backward_data::desc d(alg, src, w, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
-    dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), hint);
+    dnnl::convolution_backward_data::primitive_desc pd(d, onednn_attr(), cpu_engine(), hint);
     return {dnnl::convolution_backward_data(pd), pd.diff_dst_desc(), pd.weights_desc(),
-            pd.diff_src_desc()};
+            pd.diff_src_desc(), pd.scratchpad_desc()};
   }
   auto hint = forward_pd(k, src, w, dst);
   const memory::desc bias = k.bias ? bias_md(k.s, k.layout.type) : memory::desc();
   dnnl::convolution_backward_weights::desc d(alg, src, w, bias, dst, g.strides, g.dilates, g.pad_l,
                                              g.pad_r);
-  dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), hint);
+  dnnl::convolution_backward_weights::primitive_desc pd(d, onednn_attr(), cpu_engine(), hint);
   return {dnnl::convolution_backward_weights(pd), pd.src_desc(), pd.diff_dst_desc(),
-          pd.diff_weights_desc()};
+          pd.diff_weights_desc(), pd.scratchpad_desc()};
 }
 
 std::mutex& cache_mutex() {
@@ -175,17 +178,26 @@ std::shared_ptr<const Conv> conv_primitive(const Key& key, bool* created) {
 }
 
 // Reorders are cached too, by the bytes of both descriptors.
-std::shared_ptr<const dnnl::reorder> reorder_primitive(const memory::desc& from,
-                                                       const memory::desc& to) {
-  static std::map<std::string, std::shared_ptr<const dnnl::reorder>> cache;
+struct Reorder {
+  dnnl::reorder prim;
+  memory::desc scratchpad;
+  void execute(dnnl::stream& s, const memory& from, const memory& to) const {
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    bind_scratchpad(scratchpad, args);
+    prim.execute(s, args);
+  }
+};
+
+std::shared_ptr<const Reorder> reorder_primitive(const memory::desc& from, const memory::desc& to) {
+  static std::map<std::string, std::shared_ptr<const Reorder>> cache;
   std::string key(reinterpret_cast<const char*>(&from.data), sizeof(from.data));
   key.append(reinterpret_cast<const char*>(&to.data), sizeof(to.data));
   std::lock_guard<std::mutex> lock(cache_mutex());
   if (cache.size() >= kMaxPrimitives && !cache.count(key)) cache.clear();
   auto& slot = cache[key];
   if (!slot) {
-    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to);
-    slot = std::make_shared<const dnnl::reorder>(pd);
+    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, onednn_attr());
+    slot = std::make_shared<const Reorder>(Reorder{dnnl::reorder(pd), pd.scratchpad_desc()});
   }
   return slot;
 }
@@ -231,6 +243,7 @@ ConvRun execute(const Conv& conv, bool created, std::unordered_map<int, memory> 
     (arg.weights() ? r.weight_reorders : r.act_reorders) += arg.reordered();
     bound.emplace(id, arg.bound());
   }
+  bind_scratchpad(conv.scratchpad, bound);  // after the reorders, which may bind theirs
   conv.prim.execute(stream, bound);
   for (auto& [id, arg] : args) arg.after(stream);
   stream.wait();

@@ -20,6 +20,7 @@
 // and only dense operands are taken.
 #include "runtime/onednn_gemm.h"
 #include "runtime/bf16.h"
+#include "runtime/onednn_engine.h"
 #include "runtime/options.h"
 
 #include <algorithm>
@@ -44,10 +45,7 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr int64_t kRt = DNNL_RUNTIME_DIM_VAL;
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
+dnnl::engine& cpu_engine() { return onednn_cpu_engine(); }
 
 // One stream per thread, made once: a CPU stream is a handle to run
 // primitives in order on the calling thread, and making one per GEMM was a
@@ -104,9 +102,9 @@ Descs descs(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k) {
   return d;
 }
 
-// The activation as a post-op, or no attributes.
+// The activation as a post-op; the scratchpad is the caller's.
 dnnl::primitive_attr attr_for(Activation act) {
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = onednn_attr();
   if (act != Activation::kNone) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.f, act == Activation::kRelu ? dnnl::algorithm::eltwise_relu
@@ -126,28 +124,35 @@ float activate(Activation act, float v) {
   return v;
 }
 
-dnnl::matmul make_primitive(const Key& key) {
+// A generic primitive and the scratchpad it needs per run.
+struct Generic {
+  dnnl::matmul prim;
+  memory::desc scratchpad;
+};
+
+Generic make_primitive(const Key& key) {
   Descs d = descs(key, kRt, kRt, kRt, kRt);
-  dnnl::matmul::desc desc(d.a, d.b, d.bias, d.c);
-  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr_for(key.act), cpu_engine()));
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.bias, d.c), attr_for(key.act),
+                                  cpu_engine());
+  return {dnnl::matmul(pd), pd.scratchpad_desc()};
 }
 
 std::mutex& cache_mutex() {
   static std::mutex mu;
   return mu;
 }
-std::map<Key, std::shared_ptr<const dnnl::matmul>>& cache() {
-  static std::map<Key, std::shared_ptr<const dnnl::matmul>> c;
+std::map<Key, std::shared_ptr<const Generic>>& cache() {
+  static std::map<Key, std::shared_ptr<const Generic>> c;
   return c;
 }
 
 // The cached primitive for `key`; `created` says whether this call made it.
 // oneDNN allows one primitive to execute on several threads at once.
-std::shared_ptr<const dnnl::matmul> primitive(const Key& key, bool* created) {
+std::shared_ptr<const Generic> primitive(const Key& key, bool* created) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& slot = cache()[key];
   *created = !slot;
-  if (!slot) slot = std::make_shared<const dnnl::matmul>(make_primitive(key));
+  if (!slot) slot = std::make_shared<const Generic>(make_primitive(key));
   return slot;
 }
 
@@ -195,7 +200,7 @@ struct SizedKey {
 
 struct Sized {
   dnnl::matmul prim;
-  memory a, b, bias, c;
+  memory a, b, bias, c, scratchpad;  // the scratchpad is its own: sizes are fixed
   std::unordered_map<int, memory> args;
 };
 
@@ -233,8 +238,8 @@ std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   Descs d = descs(key, 1, sk.m, sk.n, sk.k);
   dnnl::engine& eng = cpu_engine();
   auto s = std::make_unique<Sized>();
-  s->prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.a, d.b, d.bias, d.c),
-                                                      attr_for(key.act), eng));
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.bias, d.c), attr_for(key.act), eng);
+  s->prim = dnnl::matmul(pd);
   s->a = memory(d.a, eng, DNNL_MEMORY_NONE);
   s->b = memory(d.b, eng, DNNL_MEMORY_NONE);
   s->c = memory(d.c, eng, DNNL_MEMORY_NONE);
@@ -242,6 +247,10 @@ std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   if (key.bias) {
     s->bias = memory(d.bias, eng, DNNL_MEMORY_NONE);
     s->args.emplace(DNNL_ARG_BIAS, s->bias);
+  }
+  if (pd.scratchpad_desc().get_size() > 0) {
+    s->scratchpad = memory(pd.scratchpad_desc(), eng);
+    s->args.emplace(DNNL_ARG_SCRATCHPAD, s->scratchpad);
   }
   return s;
 }
@@ -285,7 +294,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
     stream.wait();
     return created ? PrimitiveUse::kSizedCreated : PrimitiveUse::kSized;
   }
-  std::shared_ptr<const dnnl::matmul> prim = primitive(key, &created);
+  std::shared_ptr<const Generic> prim = primitive(key, &created);
   Descs d = descs(key, batch, g.m, g.n, g.k);
   auto mem = [&](const memory::desc& md, const void* p) {
     return memory(md, eng, const_cast<void*>(p));
@@ -296,7 +305,8 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
       {DNNL_ARG_DST, mem(d.c, g.c)},
   };
   if (g.bias) args.emplace(DNNL_ARG_BIAS, mem(d.bias, g.bias));
-  prim->execute(stream, args);
+  bind_scratchpad(prim->scratchpad, args);
+  prim->prim.execute(stream, args);
   stream.wait();
   return created ? PrimitiveUse::kCreated : PrimitiveUse::kReused;
 }
@@ -317,7 +327,7 @@ struct PackedKey {
 
 struct PackedPrimitive {
   dnnl::matmul prim;
-  memory::desc weights;
+  memory::desc weights, scratchpad;
 };
 
 std::map<PackedKey, std::shared_ptr<const PackedPrimitive>>& packed_cache() {
@@ -337,7 +347,8 @@ std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
   memory::desc c({g.m, g.n}, memory::data_type::f32, Tag::ab);
   memory::desc bias = g.bias ? memory::desc({1, g.n}, memory::data_type::f32, Tag::ab) : memory::desc();
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr_for(g.act), cpu_engine());
-  slot = std::make_shared<const PackedPrimitive>(PackedPrimitive{dnnl::matmul(pd), pd.weights_desc()});
+  slot = std::make_shared<const PackedPrimitive>(
+      PackedPrimitive{dnnl::matmul(pd), pd.weights_desc(), pd.scratchpad_desc()});
   return slot;
 }
 
@@ -359,7 +370,10 @@ std::shared_ptr<const PackedB> pack_b(const Gemm& g) {
              const_cast<void*>(g.b.data));
   auto packed = std::make_shared<PackedB>(PackedB{pp->weights, memory(pp->weights, eng)});
   dnnl::stream& stream = cpu_stream();
-  dnnl::reorder(src, packed->mem).execute(stream, src, packed->mem);
+  dnnl::reorder::primitive_desc rpd(eng, src.get_desc(), eng, packed->mem.get_desc(), onednn_attr());
+  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, packed->mem}};
+  bind_scratchpad(rpd.scratchpad_desc(), args);
+  dnnl::reorder(rpd).execute(stream, args);
   stream.wait();
   return packed;
 }
@@ -382,6 +396,7 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
   };
   if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(md(1, g.n, Tag::ab), eng, const_cast<void*>(g.bias)));
   dnnl::stream& stream = cpu_stream();
+  bind_scratchpad(pp->scratchpad, args);
   pp->prim.execute(stream, args);
   stream.wait();
   return PrimitiveUse::kReused;
@@ -389,7 +404,9 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
 
 bool onednn_bf16_native() {
   // An ISA value is the bit set of what it includes (AMX includes BF16).
+  // After the engine: it caps oneDNN's ISA to disc's (DISC_CPU_ISA).
   static const bool native = [] {
+    cpu_engine();
     const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
     return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
   }();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -108,78 +109,98 @@ const Layouts kLayouts[] = {
     {{ActLayout::kNhwc, ConvPlacement::kBest}, "nhwc->best"},
 };
 
+// Every primitive of case `cs` in every layout, against the naive loops.
+void expect_case_matches_naive_loops(const Case& cs, unsigned seed) {
+  const ConvShape s = shape_of(cs);
+  const size_t n_src = s.batch * s.in_channels * s.in_h * s.in_w;
+  const size_t n_dst = s.batch * s.out_channels * s.out_h * s.out_w;
+  const size_t n_w = s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w;
+  const std::vector<float> x = random(n_src, ++seed), w = random(n_w, ++seed),
+                           b = random(s.out_channels, ++seed), dy = random(n_dst, ++seed);
+  std::vector<float> y(n_dst), dx(n_src, 0.f), dw(n_w, 0.f), db(s.out_channels, 0.f);
+  for (int64_t i = 0; i < static_cast<int64_t>(n_dst); ++i)
+    y[i] = b[(i / (s.out_h * s.out_w)) % s.out_channels];
+  each_term(s, [&](int64_t si, int64_t wi, int64_t di) {
+    y[di] += x[si] * w[wi];
+    dx[si] += dy[di] * w[wi];
+    dw[wi] += dy[di] * x[si];
+  });
+  for (int64_t i = 0; i < static_cast<int64_t>(n_dst); ++i)
+    db[(i / (s.out_h * s.out_w)) % s.out_channels] += dy[i];
+  std::vector<float> y_relu = y;
+  for (float& v : y_relu) v = std::max(v, 0.f);
+
+  for (const Layouts& l : kLayouts) {
+    SCOPED_TRACE(::testing::Message() << "case n=" << cs.n << " ic=" << cs.ic << " ih=" << cs.ih
+                                      << " k=" << cs.kh << " s=" << cs.sh << " g=" << cs.groups
+                                      << " " << l.name);
+    const bool nhwc = l.layout.act == ActLayout::kNhwc;
+    auto in_src = [&](const std::vector<float>& v) {
+      return nhwc ? to_nhwc(v, s.batch, s.in_channels, s.in_h, s.in_w) : v;
+    };
+    auto in_dst = [&](const std::vector<float>& v) {
+      return nhwc ? to_nhwc(v, s.batch, s.out_channels, s.out_h, s.out_w) : v;
+    };
+    auto out_src = [&](const std::vector<float>& v) {
+      return nhwc ? from_nhwc(v, s.batch, s.in_channels, s.in_h, s.in_w) : v;
+    };
+    auto out_dst = [&](const std::vector<float>& v) {
+      return nhwc ? from_nhwc(v, s.batch, s.out_channels, s.out_h, s.out_w) : v;
+    };
+    const std::vector<float> xs = in_src(x), dys = in_dst(dy);
+
+    for (bool relu : {false, true}) {
+      std::vector<float> got(n_dst, -7.f);
+      ConvForward f{s, l.layout, xs.data(), w.data(), b.data(), got.data(), relu};
+      EXPECT_TRUE(onednn_conv_forward(f).ran);
+      expect_near(out_dst(got), relu ? y_relu : y, relu ? "forward + bias + relu" : "forward + bias");
+    }
+    std::vector<float> no_bias(n_dst);
+    ConvForward f{s, l.layout, xs.data(), w.data(), nullptr, no_bias.data(), false};
+    onednn_conv_forward(f);
+    std::vector<float> y_no_bias = y;
+    for (int64_t i = 0; i < static_cast<int64_t>(n_dst); ++i)
+      y_no_bias[i] -= b[(i / (s.out_h * s.out_w)) % s.out_channels];
+    expect_near(out_dst(no_bias), y_no_bias, "forward, no bias");
+
+    std::vector<float> got_dx(n_src, -7.f);
+    ConvBackwardData bd{s, l.layout, dys.data(), w.data(), got_dx.data()};
+    EXPECT_TRUE(onednn_conv_backward_data(bd).ran);
+    expect_near(out_src(got_dx), dx, "backward data");
+
+    std::vector<float> got_dw(n_w, -7.f), got_db(s.out_channels, -7.f);
+    ConvBackwardWeights bw{s, l.layout, xs.data(), dys.data(), got_dw.data(), got_db.data()};
+    EXPECT_TRUE(onednn_conv_backward_weights(bw).ran);
+    expect_near(got_dw, dw, "backward weights");
+    expect_near(got_db, db, "backward bias");
+    std::vector<float> only_dw(n_w, -7.f);
+    bw.diff_weights = only_dw.data(), bw.diff_bias = nullptr;
+    onednn_conv_backward_weights(bw);
+    expect_near(only_dw, dw, "backward weights without bias");
+  }
+}
+
 }  // namespace
 
 TEST(OnednnConv, ForwardBackwardMatchNaiveLoops) {
   unsigned seed = 0;
+  for (const Case& cs : kCases) expect_case_matches_naive_loops(cs, seed += 4);
+}
+
+// disc caches primitives across threads (the graph worker makes one, the
+// syncing thread or a torch.compile caller runs it). Made on one thread,
+// each must run right on another thread that never ran oneDNN: a primitive
+// that used its maker's scratchpad overran the other thread's (on AVX2,
+// backward-weights: a segfault in the model zoo).
+TEST(OnednnConv, PrimitivesMadeOnOneThreadRunOnAnother) {
+  clear_conv_primitives();
+  unsigned seed = 100;
   for (const Case& cs : kCases) {
-    const ConvShape s = shape_of(cs);
-    const size_t n_src = s.batch * s.in_channels * s.in_h * s.in_w;
-    const size_t n_dst = s.batch * s.out_channels * s.out_h * s.out_w;
-    const size_t n_w = s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w;
-    const std::vector<float> x = random(n_src, ++seed), w = random(n_w, ++seed),
-                             b = random(s.out_channels, ++seed), dy = random(n_dst, ++seed);
-    std::vector<float> y(n_dst), dx(n_src, 0.f), dw(n_w, 0.f), db(s.out_channels, 0.f);
-    for (int64_t i = 0; i < static_cast<int64_t>(n_dst); ++i)
-      y[i] = b[(i / (s.out_h * s.out_w)) % s.out_channels];
-    each_term(s, [&](int64_t si, int64_t wi, int64_t di) {
-      y[di] += x[si] * w[wi];
-      dx[si] += dy[di] * w[wi];
-      dw[wi] += dy[di] * x[si];
-    });
-    for (int64_t i = 0; i < static_cast<int64_t>(n_dst); ++i)
-      db[(i / (s.out_h * s.out_w)) % s.out_channels] += dy[i];
-    std::vector<float> y_relu = y;
-    for (float& v : y_relu) v = std::max(v, 0.f);
-
-    for (const Layouts& l : kLayouts) {
-      SCOPED_TRACE(::testing::Message() << "case n=" << cs.n << " ic=" << cs.ic << " ih=" << cs.ih
-                                        << " k=" << cs.kh << " s=" << cs.sh << " g=" << cs.groups
-                                        << " " << l.name);
-      const bool nhwc = l.layout.act == ActLayout::kNhwc;
-      auto in_src = [&](const std::vector<float>& v) {
-        return nhwc ? to_nhwc(v, s.batch, s.in_channels, s.in_h, s.in_w) : v;
-      };
-      auto in_dst = [&](const std::vector<float>& v) {
-        return nhwc ? to_nhwc(v, s.batch, s.out_channels, s.out_h, s.out_w) : v;
-      };
-      auto out_src = [&](const std::vector<float>& v) {
-        return nhwc ? from_nhwc(v, s.batch, s.in_channels, s.in_h, s.in_w) : v;
-      };
-      auto out_dst = [&](const std::vector<float>& v) {
-        return nhwc ? from_nhwc(v, s.batch, s.out_channels, s.out_h, s.out_w) : v;
-      };
-      const std::vector<float> xs = in_src(x), dys = in_dst(dy);
-
-      for (bool relu : {false, true}) {
-        std::vector<float> got(n_dst, -7.f);
-        ConvForward f{s, l.layout, xs.data(), w.data(), b.data(), got.data(), relu};
-        EXPECT_TRUE(onednn_conv_forward(f).ran);
-        expect_near(out_dst(got), relu ? y_relu : y, relu ? "forward + bias + relu" : "forward + bias");
-      }
-      std::vector<float> no_bias(n_dst);
-      ConvForward f{s, l.layout, xs.data(), w.data(), nullptr, no_bias.data(), false};
-      onednn_conv_forward(f);
-      std::vector<float> y_no_bias = y;
-      for (int64_t i = 0; i < static_cast<int64_t>(n_dst); ++i)
-        y_no_bias[i] -= b[(i / (s.out_h * s.out_w)) % s.out_channels];
-      expect_near(out_dst(no_bias), y_no_bias, "forward, no bias");
-
-      std::vector<float> got_dx(n_src, -7.f);
-      ConvBackwardData bd{s, l.layout, dys.data(), w.data(), got_dx.data()};
-      EXPECT_TRUE(onednn_conv_backward_data(bd).ran);
-      expect_near(out_src(got_dx), dx, "backward data");
-
-      std::vector<float> got_dw(n_w, -7.f), got_db(s.out_channels, -7.f);
-      ConvBackwardWeights bw{s, l.layout, xs.data(), dys.data(), got_dw.data(), got_db.data()};
-      EXPECT_TRUE(onednn_conv_backward_weights(bw).ran);
-      expect_near(got_dw, dw, "backward weights");
-      expect_near(got_db, db, "backward bias");
-      std::vector<float> only_dw(n_w, -7.f);
-      bw.diff_weights = only_dw.data(), bw.diff_bias = nullptr;
-      onednn_conv_backward_weights(bw);
-      expect_near(only_dw, dw, "backward weights without bias");
-    }
+    seed += 4;
+    std::thread maker([&] { expect_case_matches_naive_loops(cs, seed); });
+    maker.join();
+    std::thread user([&] { expect_case_matches_naive_loops(cs, seed); });
+    user.join();
   }
 }
 

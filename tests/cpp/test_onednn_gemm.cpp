@@ -9,6 +9,7 @@
 #include <tuple>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 using namespace disc::runtime;
@@ -122,6 +123,24 @@ TEST(OnednnGemm, OneGenericPrimitiveServesEverySizeAndLayout) {
   EXPECT_EQ(check({1, 5, 8, 16, false, false, false, true, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({3, 5, 8, 16, true, false, false, false, false}), PrimitiveUse::kCreated);
   EXPECT_EQ(check({7, 2, 8, 16, true, false, false, false, false}), PrimitiveUse::kReused);
+  set_sized_gemms(true);
+}
+
+// Generic primitives are cached for every thread (see test_onednn_conv's
+// PrimitivesMadeOnOneThreadRunOnAnother): made on one thread, each runs right
+// on another, including shapes oneDNN splits along k (a scratchpad reduction).
+TEST(OnednnGemm, GenericPrimitivesMadeOnOneThreadRunOnAnother) {
+  clear_gemm_primitives();
+  set_sized_gemms(false);
+  const Case cases[] = {{1, 64, 256, 784, false, false, true, true, true},
+                        {1, 4, 8, 8192, false, true, false, false, false},
+                        {3, 33, 65, 129, true, false, true, false, false}};
+  for (const Case& c : cases) {
+    std::thread maker([&] { EXPECT_EQ(check(c), PrimitiveUse::kCreated); });
+    maker.join();
+    std::thread user([&] { EXPECT_EQ(check(c), PrimitiveUse::kReused); });
+    user.join();
+  }
   set_sized_gemms(true);
 }
 
