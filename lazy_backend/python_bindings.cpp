@@ -24,6 +24,7 @@
 #include "lowering/ir/graph.h"
 #include "lowering/pipeline.h"
 #include "runtime/components.h"
+#include "runtime/cpu_isa.h"
 #include "runtime/onednn_gemm.h"
 #include "runtime/options.h"
 
@@ -212,9 +213,14 @@ void bind_caches(py::module_& m) {
   m.def("target", [] { return std::string(target_name()); },
         "Where disc values live (DISC_TARGET): \"cpu\" or \"cuda\".");
   m.def("build_components", [] {
-    return std::map<std::string, bool>{{"cpu_codegen", runtime::has_cpu_codegen()},
-                                       {"onednn", runtime::has_onednn()}};
-  }, "The optional back ends this build has (runtime/components.h).");
+    py::dict d;
+    d["cpu_codegen"] = runtime::has_cpu_codegen();
+    d["onednn"] = runtime::has_onednn();
+    d["cpu_isa"] = runtime::cpu_isa_name(runtime::cpu_isa());
+    return d;
+  }, "The optional back ends this build has (runtime/components.h) and the ISA it uses.");
+  m.def("native_cpu_isa", [] { return runtime::cpu_isa_name(runtime::native_cpu_isa()); },
+        "The ISA level of this CPU, whatever DISC_CPU_ISA caps (runtime/cpu_isa.h).");
   m.def("bf16_native", &runtime::onednn_bf16_native,
         "Whether bf16 GEMMs and convolutions run on oneDNN here (native bf16 on this CPU).");
   m.def("host_cache_stats", after_worker([] {

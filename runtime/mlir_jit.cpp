@@ -1,4 +1,5 @@
 #include "runtime/mlir_jit.h"
+#include "runtime/cpu_isa.h"
 
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "llvm/Support/Host.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/SubtargetFeature.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Conversion/ArithmeticToLLVM/ArithmeticToLLVM.h"
@@ -129,14 +131,48 @@ mlir::LogicalResult approximate_math(mlir::ModuleOp module) {
   return mlir::applyPatternsAndFoldGreedily(module, std::move(patterns));
 }
 
-// LLVM's -O3 for the host CPU (AVX2 / AVX-512 widths for the vectorizer; a
+// The CPU generated code is for: the host, or, where DISC_CPU_ISA caps the
+// ISA, the psABI level of the cap (x86-64-v2 / v3 / v4) and nothing above
+// it, so no instruction the capped CPU lacks can be emitted.
+struct JitTarget {
+  std::string cpu;
+  std::vector<std::string> features;  // "+avx2", sorted
+};
+
+JitTarget jit_target() {
+  JitTarget t;
+  if (!cpu_isa_capped()) {
+    t.cpu = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> host;
+    if (llvm::sys::getHostCPUFeatures(host))
+      for (const auto& f : host) t.features.push_back((f.getValue() ? "+" : "-") + f.getKey().str());
+  } else {
+    switch (cpu_isa()) {
+      case CpuIsa::kGeneric: t.cpu = "x86-64"; break;
+      case CpuIsa::kSse42: t.cpu = "x86-64-v2"; break;
+      case CpuIsa::kAvx2: t.cpu = "x86-64-v3"; break;
+      case CpuIsa::kAvx512: t.cpu = "x86-64-v4"; break;
+      case CpuIsa::kAvx512Bf16:
+      case CpuIsa::kAmx: t.cpu = "x86-64-v4", t.features = {"+avx512bf16"}; break;
+    }
+  }
+  std::sort(t.features.begin(), t.features.end());
+  return t;
+}
+
+// LLVM's -O3 for the target CPU (its vector widths for the vectorizer; a
 // null target machine would leave the loops scalar). Float ops may be
 // reassociated so that sum / max reductions vectorize: a reordered float
 // reduction, as torch's own vectorized kernels do.
-std::function<llvm::Error(llvm::Module*)> host_optimizer() {
+std::function<llvm::Error(llvm::Module*)> target_optimizer() {
   static std::unique_ptr<llvm::TargetMachine> tm = [] {
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!builder) return std::unique_ptr<llvm::TargetMachine>();
+    const JitTarget target = jit_target();
+    builder->setCPU(target.cpu);
+    llvm::SubtargetFeatures features;
+    for (const std::string& f : target.features) features.AddFeature(f);
+    builder->setFeatures(features.getString());
     auto machine = builder->createTargetMachine();
     return machine ? std::move(*machine) : std::unique_ptr<llvm::TargetMachine>();
   }();
@@ -160,17 +196,11 @@ JitModule::~JitModule() = default;
 constexpr const char* kPipelineVersion = "jit-2";
 
 std::string host_target() {
+  const JitTarget t = jit_target();
   std::string s = std::string(kPipelineVersion) + "/llvm-" LLVM_VERSION_STRING "/" +
-                  llvm::sys::getProcessTriple() + "/" +
-                  llvm::sys::getHostCPUName().str();
-  llvm::StringMap<bool> features;
-  if (llvm::sys::getHostCPUFeatures(features)) {
-    std::vector<std::string> on;
-    for (const auto& f : features)
-      if (f.getValue()) on.push_back(f.getKey().str());
-    std::sort(on.begin(), on.end());
-    for (const std::string& f : on) s += "," + f;
-  }
+                  llvm::sys::getProcessTriple() + "/" + t.cpu;
+  for (const std::string& f : t.features)
+    if (f[0] == '+') s += "," + f.substr(1);
   return s;
 }
 
@@ -207,7 +237,7 @@ std::unique_ptr<JitModule> JitModule::compile(const std::string& mlir_text, std:
   if (mlir::failed(pm.run(*module))) throw std::runtime_error("mlir lowering failed: " + diag_os.str());
 
   // options.transformer is a function_ref: the function must outlive create().
-  const std::function<llvm::Error(llvm::Module*)> optimize = host_optimizer();
+  const std::function<llvm::Error(llvm::Module*)> optimize = target_optimizer();
   mlir::ExecutionEngineOptions options;
   options.transformer = optimize;
   options.enableObjectCache = object != nullptr;

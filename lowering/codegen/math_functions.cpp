@@ -9,6 +9,7 @@
 // sixth of softmax's instructions). Targets without FMA get fmaf calls
 // (slow, exact).
 #include "lowering/codegen/math_functions.h"
+#include "runtime/cpu_isa.h"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -126,7 +127,7 @@ const std::string& expf_function(uint32_t width, Pow2 pow2) {
 
 Pow2 host_pow2() {
   static const Pow2 best =
-      __builtin_cpu_supports("avx512f") ? Pow2::kScalef : Pow2::kExponentBits;
+      runtime::cpu_isa() >= runtime::CpuIsa::kAvx512 ? Pow2::kScalef : Pow2::kExponentBits;
   return best;
 }
 

@@ -137,7 +137,14 @@ def build_components() -> dict:
     """The optional back ends this build has: ``cpu_codegen`` (MLIR 15 / LLVM
     kernels; without it graphs run on the reference executor, counted as
     ``executor.no_cpu_codegen``) and ``onednn`` (GEMMs and convolutions;
-    without it they run on ATen, counted as ``library.aten_reason.no_onednn``)."""
+    without it they run on ATen, counted as ``library.aten_reason.no_onednn``);
+    and ``cpu_isa``, the instruction set both use: this CPU's level
+    (``"avx2"``, ``"avx512"``, ``"avx512_bf16"``, ``"amx"``...) or the lower one
+    ``DISC_CPU_ISA`` caps it to::
+
+        >>> torch_disc.build_components()["cpu_isa"]  # doctest: +SKIP
+        'avx2'
+    """
     return _C.build_components()
 
 

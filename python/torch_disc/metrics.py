@@ -48,6 +48,14 @@ def profile() -> str:
     return "\n".join(lines)
 
 
+def _isa_line() -> str:
+    isa, native = _C.build_components()["cpu_isa"], _C.native_cpu_isa()
+    bf16 = "bf16 native" if _C.bf16_native() else "no native bf16"
+    if isa == native:
+        return f"{isa} (this CPU's; {bf16})"
+    return f"{isa} (DISC_CPU_ISA; this CPU has {native}; {bf16})"
+
+
 def report() -> str:
     """A printable table of the counters."""
     c = counters()
@@ -74,6 +82,7 @@ def report() -> str:
             c.get("planned.kLoop", 0), c.get("planned.kInput", 0), c.get("planned.kStitch", 0),
             c.get("planned.library_calls", 0), c.get("planned.unfused_ops", 0))),
         ("compile failures", f"{c.get('compile_failures', 0)}"),
+        ("CPU ISA", _isa_line()),
         # A build without the code generator (torch_disc.build_components()).
         *([("no CPU codegen", f"{c['executor.no_cpu_codegen']} graphs on the reference executor")]
           if c.get("executor.no_cpu_codegen", 0) else []),

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "lowering/codegen/math_functions.h"
+#include "runtime/cpu_isa.h"
 #include "runtime/mlir_jit.h"
 
 using disc::runtime::JitModule;
@@ -69,6 +70,18 @@ TEST(MlirJit, HostTargetNamesLlvmAndCpu) {
   EXPECT_EQ(t.rfind("jit-", 0), 0u) << t;  // the pipeline version comes first
   EXPECT_NE(t.find("/llvm-15"), std::string::npos) << t;
   EXPECT_NE(t.find("x86_64"), std::string::npos) << t;
+}
+
+// Under DISC_CPU_ISA (test.sh runs this binary capped too) kernels are made
+// for the cap's psABI level, and the persistent cache's key says so: a kernel
+// made for a wider ISA is never loaded.
+TEST(MlirJit, CappedTargetNamesItsLevelAndNothingAboveIt) {
+  using disc::runtime::CpuIsa;
+  if (!disc::runtime::cpu_isa_capped()) GTEST_SKIP() << "DISC_CPU_ISA does not cap this CPU";
+  const std::string t = disc::runtime::host_target();
+  EXPECT_NE(t.find("/x86-64"), std::string::npos) << t;
+  if (disc::runtime::cpu_isa() <= CpuIsa::kAvx2) EXPECT_EQ(t.find("avx512"), std::string::npos) << t;
+  if (disc::runtime::cpu_isa() <= CpuIsa::kSse42) EXPECT_EQ(t.find("avx"), std::string::npos) << t;
 }
 
 TEST(MlirJit, ParseErrorsCarryTheDiagnostic) {
@@ -147,7 +160,7 @@ class ExpVariants : public ::testing::TestWithParam<int> {
     using disc::lowering::Pow2;
     if (GetParam() == 0) return run_elementwise("func.call @disc_expf(%x) : (f32) -> f32", a);
     const Pow2 pow2 = GetParam() == 1 ? Pow2::kExponentBits : Pow2::kScalef;
-    if (pow2 == Pow2::kScalef && !__builtin_cpu_supports("avx512f")) return {};
+    if (pow2 == Pow2::kScalef && disc::runtime::cpu_isa() < disc::runtime::CpuIsa::kAvx512) return {};
     return run_elementwise("func.call @disc_expf16(%x) : (vector<16xf32>) -> vector<16xf32>", a, pow2);
   }
 };

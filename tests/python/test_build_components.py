@@ -15,7 +15,13 @@ from conftest import ROOT
 
 def test_this_build_has_every_cpu_component():
     # CI's build must not lose MLIR or oneDNN without a test noticing.
-    assert torch_disc.build_components() == {"cpu_codegen": True, "onednn": True}
+    components = torch_disc.build_components()
+    assert {k: components[k] for k in ("cpu_codegen", "onednn")} == {"cpu_codegen": True, "onednn": True}
+    # The ISA level in use: the CPU's, or DISC_CPU_ISA's cap below it.
+    levels = ["generic", "sse4.2", "avx2", "avx512", "avx512_bf16", "amx"]
+    native, cap = torch_disc._C.native_cpu_isa(), os.environ.get("DISC_CPU_ISA", "native")
+    want = native if cap == "native" else min(cap, native, key=levels.index)
+    assert components["cpu_isa"] == want
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +40,8 @@ def test_minimal_build_trains_on_aten_and_counts_it(minimal_build):
     assert run.returncode == 0, run.stderr
     r = json.loads(run.stdout.strip().splitlines()[-1])
     assert r["extension"].startswith(minimal_build)
-    assert r["components"] == {"cpu_codegen": False, "onednn": False}
+    assert r["components"] == {"cpu_codegen": False, "onednn": False,
+                               "cpu_isa": torch_disc.build_components()["cpu_isa"]}
     # The MLP's five Adam steps: the same losses as CPU eager, each graph
     # (two structures: the first step, then the rest) on the reference
     # executor, said once.

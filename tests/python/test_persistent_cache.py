@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch_disc
 
 # A few MLP training steps at two batch sizes; prints losses and counters.
 SCRIPT = r"""
@@ -27,9 +28,9 @@ print(json.dumps({"losses": losses, "counters": c}))
 """
 
 
-def run(cache_dir, enabled=True):
+def run(cache_dir, enabled=True, **extra_env):
     env = dict(os.environ, DISC_CACHE_DIR=str(cache_dir), PYTHONPATH=os.pathsep.join(sys.path),
-               DISC_PERSISTENT_CACHE="1" if enabled else "0", OMP_NUM_THREADS="1")
+               DISC_PERSISTENT_CACHE="1" if enabled else "0", OMP_NUM_THREADS="1", **extra_env)
     return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -70,6 +71,32 @@ def test_second_process_compiles_nothing_and_matches(first):
     assert c["disk_cache.graph_hits"] == 2
     assert c["disk_cache.kernel_hits"] == cold["counters"]["kernels_jitted"]
     assert warm["losses"] == cold["losses"]  # same code, bit for bit
+
+
+def test_kernels_made_for_a_wider_isa_are_recompiled_not_loaded(first, tmp_path):
+    # The cache of this CPU's ISA read under a lower one (an AVX-512
+    # machine's cache on an AVX2 machine): its kernels could use
+    # instructions that CPU lacks, so every one is compiled again; the
+    # graph manifests are per ISA too.
+    d, cold = first
+    native = torch_disc._C.native_cpu_isa()
+    if native in ("generic", "sse4.2"):
+        pytest.skip("no lower ISA level to cap this CPU to")
+    if os.environ.get("DISC_CPU_ISA", "native") not in ("native", native):
+        pytest.skip("the suite already runs capped: the cold cache is not the CPU's own")
+    lower = "avx2" if native not in ("avx2",) else "sse4.2"
+    shared = tmp_path / "cache"
+    shared.mkdir()
+    for name in os.listdir(d):
+        (shared / name).write_bytes((d / name).read_bytes())
+    capped = result(run(shared, DISC_CPU_ISA=lower))
+    c = capped["counters"]
+    assert c.get("disk_cache.kernel_hits", 0) == 0 and c.get("disk_cache.graph_hits", 0) == 0
+    assert c["kernels_jitted"] == cold["counters"]["kernels_jitted"]
+    assert capped["losses"] == pytest.approx(cold["losses"], rel=1e-5)
+    # And a second capped process finds its own entries.
+    again = result(run(shared, DISC_CPU_ISA=lower))["counters"]
+    assert again.get("kernels_jitted", 0) == 0 and again["disk_cache.graph_hits"] == 2
 
 
 def test_damaged_entries_are_discarded_and_recompiled(first, tmp_path):
