@@ -165,17 +165,26 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
                                       std::vector<at::Tensor> ins, const c10::OperatorHandle& aten) {
   const bool relu = call.act == lowering::Activation::kRelu, nhwc_out = call.nhwc_out;
   const char* why = runtime::has_onednn() ? call.declined : "no_onednn";
-  // bf16 where oneDNN would emulate it: ATen's kernels (as for GEMMs).
-  if (!why && weight_of(n, ins).scalar_type() == at::kBFloat16 &&
-      !runtime::onednn_bf16_native())
-    why = "bf16_not_native";
   if (!why) {
     metrics::bump("library.onednn");
     // oneDNN's parallel regions follow this thread's OpenMP setting: make it
     // torch's (see library_calls.cpp).
     at::internal::lazy_init_num_threads();
-    if (is_forward(n)) return {forward(n, ins, relu, call.nhwc, nhwc_out)};
-    return backward(n, ins, call.nhwc, nhwc_out);
+    // bf16 without native bf16: in f32, rounded once (as for GEMMs).
+    const bool widen = weight_of(n, ins).scalar_type() == at::kBFloat16 &&
+                       !runtime::onednn_bf16_native();
+    if (widen) {
+      metrics::bump("library.bf16_widened");
+      for (at::Tensor& t : ins)
+        if (t.defined() && t.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
+    }
+    std::vector<at::Tensor> outs = is_forward(n)
+                                       ? std::vector<at::Tensor>{forward(n, ins, relu, call.nhwc, nhwc_out)}
+                                       : backward(n, ins, call.nhwc, nhwc_out);
+    if (widen)
+      for (at::Tensor& t : outs)
+        if (t.defined()) t = t.to(at::kBFloat16);
+    return outs;
   }
   metrics::bump("library.aten");
   metrics::bump(is_forward(n) ? "library.aten.convolution" : "library.aten.convolution_backward");

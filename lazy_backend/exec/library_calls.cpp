@@ -1,6 +1,6 @@
 // GEMMs on oneDNN for the compiled executor. A GEMM goes to oneDNN when it is
-// float32, or bfloat16 on a CPU that multiplies bf16 natively (autocast's
-// GEMMs; elsewhere oneDNN would emulate them, and ATen runs them), and, for
+// float32 or bfloat16 (autocast's GEMMs: native where the CPU multiplies
+// bf16, elsewhere widened to float32, see onednn_matmul), and, for
 // addmm, beta == alpha == 1 with a bias of [n] (or one value): nn.Linear's
 // forward, and the mm's of every backward. Operands are
 // passed as they lie, transposed views included; only views that are not
@@ -74,7 +74,6 @@ const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tens
   if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16) return "dtype";
   for (const at::Tensor& t : ins)
     if (t.scalar_type() != to_aten(type)) return "dtype";
-  if (type == ir::DType::kBFloat16 && !runtime::onednn_bf16_native()) return "bf16_not_native";
   if (kind != Gemm::kAddmm) return nullptr;
   if (scalar_operand(n, 3) != 1.0 || scalar_operand(n, 4) != 1.0) return "scale";
   const at::Tensor& bias = ins[0];
@@ -106,6 +105,17 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
                          const std::vector<WeightView>* weights,
                          const std::function<at::Tensor()>& make_b) {
   if (!runtime::has_onednn()) return aten_matmul(a, make_b ? make_b() : b, bias_in, act, batched);
+  if (a.scalar_type() == at::kBFloat16 && !runtime::onednn_bf16_native()) {
+    // Without native bf16, oneDNN emulates it (AVX2: its reference kernels,
+    // ~25x slower than f32): widen the operands to f32 instead, multiply,
+    // round once. A bf16 product is exact in f32 and oneDNN accumulates bf16
+    // GEMMs in f32, so the result is the native GEMM's up to summation order.
+    static metrics::Named widened("library.bf16_widened");
+    ++widened;
+    const at::Tensor b32 = (make_b ? make_b() : b).to(at::kFloat);
+    const at::Tensor bias32 = bias_in.defined() ? bias_in.to(at::kFloat) : bias_in;
+    return onednn_matmul(a.to(at::kFloat), b32, bias32, act, batched).to(at::kBFloat16);
+  }
   const int64_t d = batched ? 1 : 0;
   runtime::Gemm g;
   g.threads = at::get_num_threads();
