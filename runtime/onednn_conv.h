@@ -79,7 +79,7 @@ struct ConvRun {
   bool ran = false;      // false: nothing to compute (an empty batch or channel count)
   bool created = false;  // a primitive was made (and cached) rather than reused
   int weight_reorders = 0;  // weights (or their gradient) to or from oneDNN's layout
-  int act_reorders = 0;     // activations to or from the primitive's layout (kBest)
+  int act_reorders = 0;     // activations to or from the primitive's layout (kBest: its choice)
 };
 
 // Each runs one call; throws std::invalid_argument on inconsistent sizes.

@@ -70,7 +70,9 @@ void count(const runtime::ConvRun& r, const char* primitive) {
   metrics::bump(r.created ? "onednn.primitives_created" : "onednn.primitive_reuses");
   metrics::bump(std::string("onednn.conv.") + primitive);
   count_reorders(r.weight_reorders, "weights");
-  count_reorders(r.act_reorders, "activations");
+  // The blocked layout is oneDNN's choice (nChw16c with AVX-512, nChw8c with
+  // AVX2...): counted apart from the conversions disc's layout plan decides.
+  count_reorders(r.act_reorders, "blocked");
 }
 
 // An activation in `layout`, dense: as it lies, or re-laid-out (counted).

@@ -166,11 +166,15 @@ def cnn_step_counters_in_child(env, *names):
 
 
 def test_nchw_baseline_reorders_every_activation():
-    # DISC_CONV=nchw, from the environment: each conv reorders its
-    # activations to oneDNN's blocked layout and back; the same CNN step
-    # moves 2 activations between layouts with NHWC kept, 8 without.
-    assert cnn_step_counters_in_child({"DISC_CONV": "nchw"}, "onednn.reorders.activations",
-                                      "onednn.reorders.weights") == [8, 5]
+    # DISC_CONV=nchw, from the environment: disc converts no activation
+    # (NHWC kept: 2), and each of the step's 5 conv calls lets oneDNN reorder
+    # its two activations into the blocked layout it picked and back where it
+    # wants to. Which ones is oneDNN's choice per ISA (8 with AVX-512, 9 with
+    # AVX2), so only the bounds are pinned; the weights are always blocked.
+    own, blocked, weights = cnn_step_counters_in_child(
+        {"DISC_CONV": "nchw"}, "onednn.reorders.activations", "onednn.reorders.blocked",
+        "onednn.reorders.weights")
+    assert own == 0 and 5 <= blocked <= 10 and weights == 5
 
 
 def test_an_aten_conv_on_nhwc_values_still_hands_views_nchw(executor):
