@@ -14,6 +14,7 @@ and writing the result as JSON at the end.
 """
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -53,8 +54,22 @@ def timed_run(run, args):
     return result
 
 
+def isa_line():
+    """The CPU and the instruction sets the figures ran at: disc's (the CPU's
+    own or DISC_CPU_ISA's cap) and ATen's (ATEN_CPU_CAPABILITY);
+    scripts/with_isa.sh caps both."""
+    import torch_disc
+    from benchmarks import roofline
+    cap = os.environ.get("DISC_CPU_ISA", "native")
+    disc = torch_disc.build_components()["cpu_isa"]
+    return (f"CPU: {roofline.machine_info()['cpu_model']}; ISA: disc {disc}"
+            f"{' (native)' if cap == 'native' else f' (DISC_CPU_ISA={cap})'}, "
+            f"ATen {torch.backends.cpu.get_cpu_capability()}")
+
+
 def finish(result, args, header, text):
     """Prints a benchmark's header, table and total time; writes --out if set."""
+    print(isa_line())
     print(header)
     print(text)
     print(f"\n({result['seconds']:.0f} s in all)")

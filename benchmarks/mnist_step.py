@@ -56,7 +56,7 @@ if __package__ in (None, ""):
 import torch
 import torch.nn.functional as F
 
-from benchmarks.cli import (THREADS_HELP, add_out, add_threads, fill_defaults, fmt, set_threads,
+from benchmarks.cli import (THREADS_HELP, add_out, add_threads, fill_defaults, fmt, isa_line, set_threads,
                             write_json)
 from benchmarks.memory import PeakRSS
 from examples.mnist.train import build_model
@@ -405,6 +405,7 @@ def main(argv=None):
         print(json.dumps({"times_ms": times, "counters": info, "memory": mem.as_dict()}))
         return None
     result = run(args)
+    print(isa_line())
     print(markdown(result["steps"], result["trace"]))
     print()
     write_json(args.out, result)

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch_disc
 
 from benchmarks import memory, roofline
 
@@ -58,6 +59,8 @@ def machine(info=None):
         "kernel": platform.release(),
         "architecture": platform.machine(),
         "torch_threads": torch.get_num_threads(),
+        "disc_cpu_isa": torch_disc.build_components()["cpu_isa"],
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
     })
     return info
