@@ -60,3 +60,26 @@ def test_minimal_build_trains_on_aten_and_counts_it(minimal_build):
     assert lib["library.aten_reason.no_onednn"] == 2
     assert lib["library.aten.convolution"] == 1
     assert lib.get("library.onednn", 0) == 0
+
+
+def test_the_lowest_isa_level_trains_on_a_slower_path_not_a_crash():
+    # DISC_CPU_ISA=sse4.2 stands for a CPU below AVX2: 4-wide SSE kernels,
+    # oneDNN's SSE4.1 code and the exp without AVX-512, the same losses as
+    # CPU eager, and the level said in the components and the report.
+    code = ("import json, torch_disc\n"
+            "from mlp_losses import mlp_losses\n"
+            "print(json.dumps({'disc': mlp_losses('disc'), 'cpu': mlp_losses('cpu'),\n"
+            "  'isa': torch_disc.build_components()['cpu_isa'],\n"
+            "  'kernels': torch_disc.metrics.counters().get('kernels_compiled', 0),\n"
+            "  'onednn': torch_disc.metrics.counters().get('library.onednn', 0),\n"
+            "  'report': torch_disc.metrics.report()}))\n")
+    env = dict(os.environ, DISC_CPU_ISA="sse4.2", DISC_PERSISTENT_CACHE="0",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    assert r["isa"] == ("generic" if torch_disc._C.native_cpu_isa() == "generic" else "sse4.2")
+    assert r["kernels"] > 0 and r["onednn"] > 0
+    assert r["disc"] == pytest.approx(r["cpu"], rel=1e-5)
+    assert "CPU ISA" in r["report"] and r["isa"] in r["report"]
