@@ -32,8 +32,6 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
-dnnl::engine& cpu_engine() { return onednn_cpu_engine(); }
-
 enum class Kind : uint8_t { kForward, kBackwardData, kBackwardWeights };
 
 // Everything the primitive depends on: the key of the cache.
@@ -117,7 +115,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Key& k, const memory:
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
                                     dnnl::algorithm::convolution_direct, src, w, bias, dst,
                                     g.strides, g.dilates, g.pad_l, g.pad_r);
-  return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+  return dnnl::convolution_forward::primitive_desc(d, attr, onednn_cpu_engine());
 }
 
 Conv make_conv(const Key& k) {
@@ -138,7 +136,7 @@ Conv make_conv(const Key& k) {
   if (k.kind == Kind::kBackwardData) {
     auto hint = forward_pd(k, src, w, dst);
     dnnl::convolution_backward_data::desc d(alg, src, w, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
-    dnnl::convolution_backward_data::primitive_desc pd(d, onednn_attr(), cpu_engine(), hint);
+    dnnl::convolution_backward_data::primitive_desc pd(d, onednn_attr(), onednn_cpu_engine(), hint);
     return {dnnl::convolution_backward_data(pd), pd.diff_dst_desc(), pd.weights_desc(),
             pd.diff_src_desc(), pd.scratchpad_desc()};
   }
@@ -146,7 +144,7 @@ Conv make_conv(const Key& k) {
   const memory::desc bias = k.bias ? bias_md(k.s, k.layout.type) : memory::desc();
   dnnl::convolution_backward_weights::desc d(alg, src, w, bias, dst, g.strides, g.dilates, g.pad_l,
                                              g.pad_r);
-  dnnl::convolution_backward_weights::primitive_desc pd(d, onednn_attr(), cpu_engine(), hint);
+  dnnl::convolution_backward_weights::primitive_desc pd(d, onednn_attr(), onednn_cpu_engine(), hint);
   return {dnnl::convolution_backward_weights(pd), pd.src_desc(), pd.diff_dst_desc(),
           pd.diff_weights_desc(), pd.scratchpad_desc()};
 }
@@ -196,7 +194,7 @@ std::shared_ptr<const Reorder> reorder_primitive(const memory::desc& from, const
   if (cache.size() >= kMaxPrimitives && !cache.count(key)) cache.clear();
   auto& slot = cache[key];
   if (!slot) {
-    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, onednn_attr());
+    dnnl::reorder::primitive_desc pd(onednn_cpu_engine(), from, onednn_cpu_engine(), to, onednn_attr());
     slot = std::make_shared<const Reorder>(Reorder{dnnl::reorder(pd), pd.scratchpad_desc()});
   }
   return slot;
@@ -209,12 +207,12 @@ class Arg {
  public:
   Arg(const memory::desc& user, const memory::desc& wanted, const void* p, bool output,
       bool weights = false)
-      : user_(user, cpu_engine(), const_cast<void*>(p)), output_(output), weights_(weights) {
+      : user_(user, onednn_cpu_engine(), const_cast<void*>(p)), output_(output), weights_(weights) {
     if (wanted == user) {
       bound_ = user_;
       return;
     }
-    bound_ = memory(wanted, cpu_engine());
+    bound_ = memory(wanted, onednn_cpu_engine());
     reordered_ = true;
   }
   const memory& bound() const { return bound_; }
@@ -236,7 +234,7 @@ class Arg {
 ConvRun execute(const Conv& conv, bool created, std::unordered_map<int, memory> extra,
                 std::vector<std::pair<int, Arg>> args) {
   ConvRun r{true, created, 0, 0};
-  dnnl::stream stream(cpu_engine());
+  dnnl::stream stream(onednn_cpu_engine());
   std::unordered_map<int, memory> bound = std::move(extra);
   for (auto& [id, arg] : args) {
     arg.before(stream);
@@ -300,7 +298,7 @@ ConvRun onednn_conv_forward(const ConvForward& c) {
   std::unordered_map<int, memory> extra;
   if (c.bias)
     extra.emplace(DNNL_ARG_BIAS,
-                  memory(bias_md(s, c.layout.type), cpu_engine(), const_cast<void*>(c.bias)));
+                  memory(bias_md(s, c.layout.type), onednn_cpu_engine(), const_cast<void*>(c.bias)));
   std::vector<std::pair<int, Arg>> args;
   args.emplace_back(DNNL_ARG_SRC, Arg(act_md(s, true, c.layout), conv->in0, c.src, false));
   args.emplace_back(DNNL_ARG_WEIGHTS,
@@ -344,7 +342,7 @@ ConvRun onednn_conv_backward_weights(const ConvBackwardWeights& c) {
   std::shared_ptr<const Conv> conv = conv_primitive(key, &created);
   std::unordered_map<int, memory> extra;
   if (c.diff_bias)
-    extra.emplace(DNNL_ARG_DIFF_BIAS, memory(bias_md(s, c.layout.type), cpu_engine(), c.diff_bias));
+    extra.emplace(DNNL_ARG_DIFF_BIAS, memory(bias_md(s, c.layout.type), onednn_cpu_engine(), c.diff_bias));
   std::vector<std::pair<int, Arg>> args;
   args.emplace_back(DNNL_ARG_SRC, Arg(act_md(s, true, c.layout), conv->in0, c.src, false));
   args.emplace_back(DNNL_ARG_DIFF_DST, Arg(act_md(s, false, c.layout), conv->in1, c.diff_dst, false));

@@ -45,13 +45,11 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr int64_t kRt = DNNL_RUNTIME_DIM_VAL;
 
-dnnl::engine& cpu_engine() { return onednn_cpu_engine(); }
-
 // One stream per thread, made once: a CPU stream is a handle to run
 // primitives in order on the calling thread, and making one per GEMM was a
 // heap allocation and a few hundred instructions each time.
 dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream s(cpu_engine());
+  thread_local dnnl::stream s(onednn_cpu_engine());
   return s;
 }
 
@@ -133,7 +131,7 @@ struct Generic {
 Generic make_primitive(const Key& key) {
   Descs d = descs(key, kRt, kRt, kRt, kRt);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.bias, d.c), attr_for(key.act),
-                                  cpu_engine());
+                                  onednn_cpu_engine());
   return {dnnl::matmul(pd), pd.scratchpad_desc()};
 }
 
@@ -236,7 +234,7 @@ bool sizing() { return options::flag(options::Id::kGemmSized); }
 std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   const Key& key = sk.key;
   Descs d = descs(key, 1, sk.m, sk.n, sk.k);
-  dnnl::engine& eng = cpu_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   auto s = std::make_unique<Sized>();
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.bias, d.c), attr_for(key.act), eng);
   s->prim = dnnl::matmul(pd);
@@ -281,7 +279,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   // oneDNN 2.6 creates no matmul with a runtime batch and a bias ({1, 1, n}).
   if (g.batched && g.bias) throw std::invalid_argument("onednn_gemm: a batched GEMM takes no bias");
 
-  dnnl::engine& eng = cpu_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   dnnl::stream& stream = cpu_stream();
   bool created = false;
   if (sizing() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
@@ -346,7 +344,7 @@ std::shared_ptr<const PackedPrimitive> packed_primitive(const Gemm& g) {
   memory::desc b({g.k, g.n}, memory::data_type::f32, Tag::any);
   memory::desc c({g.m, g.n}, memory::data_type::f32, Tag::ab);
   memory::desc bias = g.bias ? memory::desc({1, g.n}, memory::data_type::f32, Tag::ab) : memory::desc();
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr_for(g.act), cpu_engine());
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr_for(g.act), onednn_cpu_engine());
   slot = std::make_shared<const PackedPrimitive>(
       PackedPrimitive{dnnl::matmul(pd), pd.weights_desc(), pd.scratchpad_desc()});
   return slot;
@@ -365,7 +363,7 @@ std::shared_ptr<const PackedB> pack_b(const Gemm& g) {
   if (bl == Layout::kOther || layout_of(g.a, g.m, g.k, 1) == Layout::kOther)
     throw std::invalid_argument("pack_b: an operand is neither dense row- nor column-major");
   std::shared_ptr<const PackedPrimitive> pp = packed_primitive(g);
-  dnnl::engine& eng = cpu_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   memory src(memory::desc({g.k, g.n}, memory::data_type::f32, tag_of(false, bl)), eng,
              const_cast<void*>(g.b.data));
   auto packed = std::make_shared<PackedB>(PackedB{pp->weights, memory(pp->weights, eng)});
@@ -386,7 +384,7 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
   std::shared_ptr<const PackedPrimitive> pp = packed_primitive(g);
   if (g.batched || !(pp->weights == p.desc) || g.type != GemmType::kFloat32)
     throw std::invalid_argument("onednn_gemm_packed: weights packed for another shape or type");
-  dnnl::engine& eng = cpu_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   const Layout al = layout_of(g.a, g.m, g.k, 1);
   auto md = [&](int64_t r, int64_t c, Tag t) { return memory::desc({r, c}, memory::data_type::f32, t); };
   std::unordered_map<int, memory> args{
@@ -406,7 +404,7 @@ bool onednn_bf16_native() {
   // An ISA value is the bit set of what it includes (AMX includes BF16).
   // After the engine: it caps oneDNN's ISA to disc's (DISC_CPU_ISA).
   static const bool native = [] {
-    cpu_engine();
+    onednn_cpu_engine();
     const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
     return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
   }();
