@@ -67,7 +67,8 @@ if __package__ in (None, ""):
 import torch
 
 from benchmarks.memory import PeakRSS
-from benchmarks.cli import add_out, add_threads, fill_defaults, finish, fmt, set_threads, timed_run
+from benchmarks.cli import (add_out, add_threads, fill_defaults, finish, fmt, set_threads, timed_run,
+                            worker_failure)
 from benchmarks.mnist_step import describe
 from examples.bert import finetune
 from examples.device import device_and_sync
@@ -254,8 +255,7 @@ def run_compiled(parts, args):
             results[r["part"]] = r
     reason = timeout
     if reason is None:
-        lines = err.strip().splitlines() or [f"exit code {proc.returncode}"]
-        reason = lines[-1][:120]
+        reason = worker_failure(proc.returncode, err)
     for part in parts:
         results.setdefault(part, {"part": part, "backend": "compile", "error": reason})
     return results

@@ -15,6 +15,7 @@ and writing the result as JSON at the end.
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -88,3 +89,13 @@ def write_json(path, result):
 def fmt(value, spec):
     """A table cell: ``value`` formatted, or "n/a" for None."""
     return "n/a" if value is None else format(value, spec)
+
+
+def worker_failure(returncode, stderr):
+    """One line saying why a benchmark's worker process failed: the signal
+    that killed it (a crash prints no traceback, and its stderr's last line
+    is some unrelated warning), else the last line it wrote."""
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    lines = stderr.strip().splitlines() or [f"exit code {returncode}"]
+    return lines[-1][:120]

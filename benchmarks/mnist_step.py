@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.cli import (THREADS_HELP, add_out, add_threads, fill_defaults, fmt, isa_line, set_threads,
-                            write_json)
+                            worker_failure, write_json)
 from benchmarks.memory import PeakRSS
 from examples.mnist.train import build_model
 
@@ -181,8 +181,7 @@ def time_compiled(model_name, args):
         proc.communicate()
         raise Unavailable(f"timed out after {args.compile_timeout}s") from None
     if proc.returncode != 0:
-        lines = err.strip().splitlines() or [f"exit code {proc.returncode}"]
-        raise Unavailable(lines[-1][:120])
+        raise Unavailable(worker_failure(proc.returncode, err))
     return json.loads(out.strip().splitlines()[-1])
 
 

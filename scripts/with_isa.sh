@@ -19,4 +19,7 @@ case "$isa" in
 esac
 export DISC_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$aten ONEDNN_MAX_CPU_ISA=$onednn \
        MKL_ENABLE_INSTRUCTIONS=$mkl
+# Inductor's cache key misses ATEN_CPU_CAPABILITY: a kernel it built for the
+# native vector width, reloaded under a cap, segfaults. One cache per ISA.
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor_${USER:-$(id -un)}_$isa}
 exec "$@"

@@ -43,3 +43,14 @@ def test_the_autocast_row_runs_every_device_under_bf16():
     rows = {r["device"]: r for r in mnist_step.time_model("mlp-bf16", args, torch_disc, None)}
     assert all("error" not in r and r["ms"] > 0 for r in rows.values())
     assert rows["disc"]["fallbacks"] == 0 and rows["disc"]["launches_per_step"] > 0
+
+
+def test_a_crashed_worker_is_named_by_its_signal_not_its_last_warning():
+    import signal
+
+    from benchmarks.cli import worker_failure
+
+    warning = "W1205 cpp_extension.py:140] No CUDA runtime is found\n"
+    assert worker_failure(-signal.SIGSEGV, warning) == "killed by SIGSEGV"
+    assert worker_failure(1, "Traceback\nRuntimeError: boom\n") == "RuntimeError: boom"
+    assert worker_failure(3, "") == "exit code 3"
