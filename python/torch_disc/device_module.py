@@ -12,6 +12,12 @@ def is_initialized() -> bool:
     return True
 
 
+# Read (not called) by torch.utils.checkpoint before it saves and restores a
+# device's RNG state for the recomputed forward: without it, a checkpointed
+# dropout draws a new mask in backward.
+_initialized = True
+
+
 def _is_in_bad_fork() -> bool:
     return False
 
