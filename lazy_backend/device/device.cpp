@@ -1,9 +1,10 @@
 // Registers the disc device with c10/ATen: one device (disc:0), a device
-// guard, the allocator of lazy storages, and the PrivateUse1 hooks (pinned
-// host memory included).
+// guard, the allocator of lazy storages (allocator.h), and the PrivateUse1
+// hooks (pinned host memory included).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "lazy_backend/device/allocator.h"
 #include "lazy_backend/device/pinned_memory.h"
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/exec/host_cache.h"

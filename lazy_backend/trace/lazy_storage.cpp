@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 
+#include "lazy_backend/device/allocator.h"
 #include "lazy_backend/sync/failures.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/trace/node_builder.h"
@@ -83,6 +84,13 @@ LazyStorage::LazyStorage(size_t nbytes) : nbytes_(nbytes) {
 LazyStorage::~LazyStorage() {
   TraceLock lock;
   registry().erase(id_);
+  if (held_) count_held_bytes(nbytes_, false);
+}
+
+void LazyStorage::hold_if_materialized() {
+  if (held_ || !value_ || !value_.node->is_data()) return;
+  held_ = true;
+  count_held_bytes(nbytes_, true);
 }
 
 std::vector<LazyStorage*> live_storages() {
@@ -145,6 +153,7 @@ void LazyStorage::write(const at::Tensor& t, ir::Value v) {
                                    t.storage_offset());
   }
   if ((fresh || !fallback_) && made_of_constants(value_)) fallback_ = value_;
+  hold_if_materialized();
   views_.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type(), v});
 }
 
@@ -179,6 +188,7 @@ void LazyStorage::bind(ir::Value data) {
   value_ = std::move(data);
   fallback_ = {};  // value_ is the fallback of the next graph that writes it
   views_.clear();
+  hold_if_materialized();
 }
 
 
@@ -199,6 +209,10 @@ void LazyStorage::grow(size_t nbytes) {
   }
   fallback_ = {};  // nothing of the new size was there before
   writer_ = this_thread_token();
+  if (held_) {  // a held buffer is reallocated at its new size
+    count_held_bytes(nbytes_, false);
+    count_held_bytes(nbytes, true);
+  }
   nbytes_ = nbytes;
   views_.clear();
 }
@@ -265,34 +279,9 @@ ir::Value read_value(const at::Tensor& t) {
   return lazy_storage_of(t).read(t);
 }
 
-namespace {
-
-void delete_storage(void* ctx) { delete static_cast<LazyStorage*>(ctx); }
-
-// Hands out storages without memory: the bytes live in the trace (pending)
-// or in the CPU tensor of a data leaf (after a sync).
-struct DiscAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
-    auto* s = new LazyStorage(nbytes);
-    // The data pointer is a unique, never-dereferenced handle: Python code
-    // (torch.save, storage dedup) treats a null pointer as an invalid storage.
-    return {s, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, 0)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void*, const void*, std::size_t) const override {
-    TORCH_CHECK(false, "disc: storages hold no bytes to copy; use tensor.copy_()");
-  }
-};
-
-DiscAllocator g_allocator;
-
-}  // namespace
-
-c10::Allocator* disc_allocator() { return &g_allocator; }
-
 at::Tensor empty_disc(at::IntArrayRef sizes, at::ScalarType dtype) {
   constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
-  return at::detail::empty_generic(sizes, &g_allocator, ks, dtype, std::nullopt);
+  return at::detail::empty_generic(sizes, disc_allocator(), ks, dtype, std::nullopt);
 }
 
 std::vector<int64_t> memory_order(const at::Tensor& t) {
@@ -306,7 +295,7 @@ std::vector<int64_t> memory_order(const at::Tensor& t) {
 at::Tensor empty_disc_like(const at::Tensor& meta) {
   if (memory_order(meta).empty()) return empty_disc(meta.sizes(), meta.scalar_type());
   constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
-  return at::detail::empty_strided_generic(meta.sizes(), meta.strides(), &g_allocator, ks,
+  return at::detail::empty_strided_generic(meta.sizes(), meta.strides(), disc_allocator(), ks,
                                            meta.scalar_type());
 }
 

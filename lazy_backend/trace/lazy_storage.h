@@ -73,6 +73,9 @@ class LazyStorage {
     ir::Value value;
   };
   ir::Value typed_value(at::ScalarType dtype);  // value_ reinterpreted as dtype
+  // Starts counting nbytes_ in the memory statistics (allocator.h) once
+  // value_ is data.
+  void hold_if_materialized();
   void ensure_initialized(at::ScalarType dtype);
 
   uint64_t id_;
@@ -80,6 +83,7 @@ class LazyStorage {
   ir::Value value_;  // null until first written: reads then see zeros
   ir::Value fallback_;    // see fallback()
   uint64_t writer_ = 0;   // see writer()
+  bool held_ = false;     // counted as held bytes (hold_if_materialized)
   std::vector<CachedView> views_;  // values read since the last write
 };
 
@@ -113,7 +117,6 @@ class TraceLock {
 // Every live LazyStorage in allocation order (caller holds trace_mutex()).
 std::vector<LazyStorage*> live_storages();
 
-c10::Allocator* disc_allocator();
 at::Tensor empty_disc(at::IntArrayRef sizes, at::ScalarType dtype);
 // t's dims in memory order, outermost first, where t is dense in another
 // order than row-major (channels_last); empty otherwise.

@@ -5,6 +5,7 @@
 #include <ATen/EmptyTensor.h>
 #include <torch/library.h>
 
+#include "lazy_backend/device/allocator.h"
 #include "lazy_backend/device/target.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/graph_worker.h"

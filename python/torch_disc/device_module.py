@@ -90,17 +90,75 @@ class device:
         return False
 
 
-def memory_stats() -> dict:
-    """The compiled executor's host buffer cache (``DISC_HOST_CACHE_MB``):
-    ``idle_bytes`` cached for reuse, ``in_use_bytes`` handed out from it,
-    ``idle_blocks``. Hits and misses are in :mod:`torch_disc.metrics`
-    (``host_cache.hits`` / ``host_cache.misses``)."""
-    return dict(_C.host_cache_stats())
+# Memory statistics: PyTorch's accelerator allocator interface, kept by
+# disc's allocator (lazy_backend/device/allocator.h). A storage counts from
+# the moment its value exists as data (copied in, or handed to the graph
+# worker by the sync that computes it) until it is freed; a tensor that is
+# only traced holds nothing. "Reserved" adds the idle blocks of the
+# executor's host buffer cache, which empty_cache() returns to the system.
+
+def memory_stats(device=None) -> dict:
+    """``torch.cuda.memory_stats``'s keys (``allocated_bytes.all.current``,
+    ...), plus the executor's host buffer cache (``DISC_HOST_CACHE_MB``) as
+    ``host_cache.idle_bytes``, ``host_cache.in_use_bytes`` and
+    ``host_cache.idle_blocks``; its hits and misses are in
+    :mod:`torch_disc.metrics`."""
+    stats = dict(torch.accelerator.memory_stats(_index(device)))
+    stats.update({f"host_cache.{k}": v for k, v in _C.host_cache_stats().items()})
+    return stats
+
+
+def memory_allocated(device=None) -> int:
+    return torch.accelerator.memory_allocated(_index(device))
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(_index(device))
+
+
+def memory_reserved(device=None) -> int:
+    return torch.accelerator.memory_reserved(_index(device))
+
+
+def max_memory_reserved(device=None) -> int:
+    return torch.accelerator.max_memory_reserved(_index(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    torch.accelerator.reset_accumulated_memory_stats(_index(device))
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of host memory, where disc's buffers live."""
+    return torch.accelerator.get_memory_info(_index(device))
 
 
 def empty_cache() -> int:
-    """Returns the idle cached host buffers to the system; the bytes freed."""
+    """Returns the idle cached host buffers to the system once the running
+    graphs are done; the bytes freed (``torch.accelerator.empty_cache`` does
+    the same and returns nothing)."""
     return _C.empty_host_cache()
+
+
+def _index(device) -> int:
+    """A device argument as torch.cuda takes them: None, an index, "disc",
+    "disc:0" or a torch.device."""
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != "disc":
+            raise ValueError(f"disc: expected a disc device, got {device}")
+        index = device.index or 0
+    if index != 0:
+        raise RuntimeError(f"disc: device disc:{index} does not exist (only disc:0)")
+    return index
 
 
 from . import amp  # noqa: E402  (torch.disc.amp, as torch.cuda.amp)

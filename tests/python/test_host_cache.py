@@ -61,7 +61,7 @@ def test_user_cpu_tensors_bypass_the_cache(counters):
     del big
     c = counters()
     assert c.get("host_cache.hits", 0) == 0 and c.get("host_cache.misses", 0) == 0
-    assert torch.disc.memory_stats()["idle_bytes"] == before["idle_bytes"]
+    assert torch.disc.memory_stats()["host_cache.idle_bytes"] == before["host_cache.idle_bytes"]
 
 
 def test_a_graph_output_freed_later_returns_to_the_cache():
@@ -69,20 +69,20 @@ def test_a_graph_output_freed_later_returns_to_the_cache():
     z = x * 2 + 1
     torch_disc.sync()  # z's storage now holds the executor's 1 MiB output block
     before = torch.disc.memory_stats()
-    assert before["in_use_bytes"] >= 512 * 512 * 4
+    assert before["host_cache.in_use_bytes"] >= 512 * 512 * 4
     del z
     after = torch.disc.memory_stats()
-    assert after["in_use_bytes"] == before["in_use_bytes"] - 512 * 512 * 4
-    assert after["idle_bytes"] == before["idle_bytes"] + 512 * 512 * 4
+    assert after["host_cache.in_use_bytes"] == before["host_cache.in_use_bytes"] - 512 * 512 * 4
+    assert after["host_cache.idle_bytes"] == before["host_cache.idle_bytes"] + 512 * 512 * 4
 
 
 def test_empty_cache_frees_the_idle_blocks():
     mlp_steps(2)
-    assert torch.disc.memory_stats()["idle_bytes"] > 0
+    assert torch.disc.memory_stats()["host_cache.idle_bytes"] > 0
     freed = torch.disc.empty_cache()
     assert freed > 0
     stats = torch.disc.memory_stats()
-    assert stats["idle_bytes"] == 0 and stats["idle_blocks"] == 0
+    assert stats["host_cache.idle_bytes"] == 0 and stats["host_cache.idle_blocks"] == 0
 
 
 def run_child(code, **env):
