@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "lazy_backend/device/allocator.h"
+#include "lazy_backend/device/events.h"
 #include "lazy_backend/device/pinned_memory.h"
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/exec/host_cache.h"
@@ -16,20 +17,62 @@ namespace {
 
 constexpr c10::DeviceType kDisc = c10::DeviceType::PrivateUse1;
 
-// One device, no streams: everything runs at syncs, in order.
+void check_index(c10::DeviceIndex index, const char* call) {
+  TORCH_CHECK(index <= 0, "disc: ", call, " on device disc:", static_cast<int>(index),
+              ", which does not exist (only disc:0)");
+}
+
+// One device; streams and events as events.h describes them.
 struct DiscGuardImpl final : c10::impl::NoOpDeviceGuardImpl<kDisc> {
   c10::Device exchangeDevice(c10::Device) const override { return {kDisc, 0}; }
   c10::Device getDevice() const override { return {kDisc, 0}; }
   void setDevice(c10::Device d) const override {
     TORCH_CHECK(d.index() <= 0, "disc: device ", d, " does not exist (only disc:0)");
   }
-  c10::Stream getStream(c10::Device) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, {kDisc, 0});
-  }
-  c10::Stream exchangeStream(c10::Stream) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, {kDisc, 0});
-  }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+
+  c10::Stream getStream(c10::Device) const noexcept override { return events::current_stream(); }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    return events::exchange_stream(s);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    check_index(d.index(), "default_stream");
+    return events::default_stream();
+  }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    check_index(d.index(), "Stream()");
+    return events::new_stream();
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    return getNewStream(d, 0);
+  }
+  bool queryStream(const c10::Stream&) const override { return events::query_device(); }
+  void synchronizeStream(const c10::Stream&) const override { events::synchronize_device(); }
+  void synchronizeDevice(c10::DeviceIndex index) const override {
+    check_index(index, "synchronize");
+    events::synchronize_device();
+  }
+
+  void record(void** event, const c10::Stream& stream, c10::DeviceIndex index,
+              c10::EventFlag flag) const override {
+    check_index(index, "Event.record");
+    TORCH_CHECK(stream.device_type() == kDisc, "disc: Event.record on a ", stream.device_type(),
+                " stream");
+    events::record(event, flag);
+  }
+  // One execution order: whatever the event follows runs before what the
+  // stream does next.
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void* event) const override { return !event || events::query(event); }
+  void synchronizeEvent(void* event) const override {
+    if (event) events::synchronize(event);
+  }
+  double elapsedTime(void* start, void* end, c10::DeviceIndex) const override {
+    return events::elapsed_ms(start, end);
+  }
+  void destroyEvent(void* event, c10::DeviceIndex) const noexcept override {
+    events::destroy(event);
+  }
 };
 
 struct DiscHooks final : at::PrivateUse1HooksInterface {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <unordered_map>
 #include <unordered_set>
@@ -71,6 +72,22 @@ bool reads_lost_result(const ir::Graph& g) {
 // allocated those nodes, and freeing them on the worker thread cost the
 // MNIST MLP step ~80 us of worker time (cross-thread frees), a tenth of it.
 // It holds the graph's inputs a little longer; the results are let go here.
+std::atomic<int64_t> g_graph_clock_ns{0};
+
+// Adds its lifetime to g_graph_clock_ns.
+class GraphClock {
+ public:
+  GraphClock() : start_(std::chrono::steady_clock::now()) {}
+  ~GraphClock() {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - start_);
+    g_graph_clock_ns.fetch_add(ns.count(), std::memory_order_relaxed);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
 void execute(Launch& l) {
   NoPythonDispatch no_python;
   if (reads_lost_result(l.graph)) {
@@ -80,6 +97,7 @@ void execute(Launch& l) {
     return;
   }
   metrics::ScopedTimer t(metrics::counters().execute_ns);
+  GraphClock clock;
   metrics::counters().graphs_run++;
   metrics::counters().graph_nodes += static_cast<int64_t>(l.graph.num_ops());
   auto deliver = [&](size_t k, const at::Tensor& v) { payload_of(*l.results[k].node)->fulfil(v); };
@@ -367,6 +385,8 @@ bool read_alone(LazyStorage& s, const std::string& cause) {
 // Hands the pending graph over: its results become future data leaves,
 // bound at once, and the graph runs on the worker or, with DISC_ASYNC=0,
 // right here (and is recovered here if it fails).
+int64_t graph_clock_ns() { return g_graph_clock_ns.load(std::memory_order_relaxed); }
+
 void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe) {
   auto l = std::make_shared<Launch>();
   l->roots = pending.roots;

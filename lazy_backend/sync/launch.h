@@ -3,6 +3,7 @@
 // DISC_ASYNC=0), each result is delivered as soon as it is final, and a
 // graph that failed is recovered part by part after the fact (recover()).
 #pragma once
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -15,6 +16,10 @@ namespace disc {
 // Hands the pending graph over (recovering it at once when it runs inline
 // and fails).
 void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe);
+
+// Nanoseconds spent running graphs since the process started: the clock of
+// timed disc events, which measure graph execution, not tracing or waiting.
+int64_t graph_clock_ns();
 
 // Reads `s` without a sync when a few pure ops compute it from inputs that
 // are there (transformers' `attention_mask.all()` before the forward): they

@@ -12,6 +12,12 @@ def is_initialized() -> bool:
     return True
 
 
+def _lazy_init() -> None:
+    """Called by torch on the first disc tensor it makes: marks the device
+    initialized, without which torch.accelerator.synchronize() returns at
+    once. disc itself was set up when torch_disc was imported."""
+
+
 # Read (not called) by torch.utils.checkpoint before it saves and restores a
 # device's RNG state for the recomputed forward: without it, a checkpointed
 # dropout draws a new mask in backward.
@@ -88,6 +94,78 @@ class device:
 
     def __exit__(self, *exc):
         return False
+
+
+# Streams and events (lazy_backend/device/events.h): every disc stream names
+# the one order in which graphs run, so nothing is ever reordered and
+# waiting on another stream has nothing to wait for. Recording an event ends
+# the current graph (a sync, cause "event"); the event completes when that
+# graph has run, and elapsed_time between two timed events is the time
+# graphs ran between them.
+
+class _OnDisc(type):
+    """isinstance(x, torch.disc.Stream) for any torch.Stream on disc (the
+    same for Event): the constructors return torch's own objects, since
+    torch's C methods (wait_stream, elapsed_time) accept no subclass."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls._base) and obj.device.type == "disc"
+
+
+class Stream(metaclass=_OnDisc):
+    """``torch.Stream`` on disc, constructed as ``torch.cuda.Stream`` is."""
+    _base = torch.Stream
+
+    def __new__(cls, device=None, priority=0):
+        return torch.Stream(device=f"disc:{_index(device)}", priority=priority)
+
+
+class Event(metaclass=_OnDisc):
+    """``torch.Event`` on disc, constructed as ``torch.cuda.Event`` is."""
+    _base = torch.Event
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        if interprocess:
+            raise RuntimeError("disc: Event(interprocess=True): disc events are not shared "
+                               "between processes")
+        return torch.Event(device="disc", enable_timing=enable_timing, blocking=blocking)
+
+
+def current_stream(device=None) -> torch.Stream:
+    return torch.accelerator.current_stream(_index(device))
+
+
+def default_stream(device=None) -> torch.Stream:
+    index = _index(device)
+    kind = current_stream(index).device_type  # c10's code for PrivateUse1
+    return torch.Stream(stream_id=0, device_index=index, device_type=kind)
+
+
+def set_stream(stream) -> None:
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Makes ``stream`` the current disc stream inside a ``with`` block."""
+
+    def __init__(self, stream):
+        self.stream, self.before = stream, None
+
+    def __enter__(self):
+        if self.stream is not None:
+            self.before = torch.accelerator.current_stream()
+            torch.accelerator.set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self.before is not None:
+            torch.accelerator.set_stream(self.before)
+        return False
+
+
+def stream(stream) -> StreamContext:
+    return StreamContext(stream)
 
 
 # Memory statistics: PyTorch's accelerator allocator interface, kept by
