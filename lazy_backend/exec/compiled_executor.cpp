@@ -20,6 +20,7 @@
 #include "lazy_backend/device/target.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/executor.h"
+#include "lazy_backend/exec/profiler_range.h"
 #include "lazy_backend/exec/gemm_merge_exec.h"
 #include "lazy_backend/exec/host_cache.h"
 #include "lazy_backend/exec/kernel_launch.h"
@@ -115,8 +116,7 @@ class CompiledExecutable final : public Executable {
     const size_t n_steps = plan_.steps.size();
     for (size_t s = 0; s < n_steps; ++s) {
       try {
-        if (profile_) run_step_timed(s, g, values, n);
-        else run_step(s, g, values, n);
+        run_step_observed(s, g, values, n);
         if (n.inputs_overwritten && !n.update_fault_checked) throw_injected_update_fault(n);
       } catch (...) {
         if (failure) failure->inputs_overwritten = n.inputs_overwritten;
@@ -175,9 +175,12 @@ class CompiledExecutable final : public Executable {
     if (fault_injected("update")) throw std::runtime_error("DISC_INJECT_FAULT=update");
   }
 
-  // DISC_PROFILE=1: the step's wall time, filed under its label.
-  void run_step_timed(size_t s, const ir::Graph& g, std::vector<std::vector<at::Tensor>>& values,
-                      RunCounts& n) {
+  // A step, seen by torch.profiler (a range named "disc::" + its label)
+  // and, with DISC_PROFILE=1, timed into counters under the same label.
+  void run_step_observed(size_t s, const ir::Graph& g,
+                         std::vector<std::vector<at::Tensor>>& values, RunCounts& n) {
+    ProfilerRange range([&] { return "disc::" + step_label(s, g); });
+    if (!profile_) return run_step(s, g, values, n);
     const auto start = std::chrono::steady_clock::now();
     run_step(s, g, values, n);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

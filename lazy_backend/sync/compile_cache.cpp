@@ -8,8 +8,10 @@
 #include <optional>
 #include <set>
 
+#include "lazy_backend/exec/profiler_range.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/persistent_cache.h"
+#include "lowering/ir/hash.h"
 #include "lowering/pipeline.h"
 #include "runtime/options.h"
 
@@ -66,6 +68,7 @@ std::shared_ptr<Executable> CompileCache::get_or_compile(const ir::Graph& graph,
       return e.executable;
     }
   }
+  ProfilerRange range([&] { return "disc::compile " + ir::hash_hex(graph.hash); });
   const auto start = std::chrono::steady_clock::now();
   std::optional<lowering::CompileResult> r = plan(graph);
   const uint64_t signature = r ? r->program.signature() : 0;

@@ -3,6 +3,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "lowering/ir/hash.h"
+
 namespace disc {
 
 GraphKey GraphKey::of(const ir::Graph& g) {
@@ -31,12 +33,6 @@ bool GraphKey::matches(const ir::Graph& g) const {
 
 namespace {
 
-std::string hex(uint64_t h) {
-  std::ostringstream os;
-  os << std::hex << std::setw(16) << std::setfill('0') << h;
-  return os.str();
-}
-
 // First position holding the same code as position k (the dim it equals).
 size_t first_with(const std::vector<int32_t>& pattern, size_t k) {
   for (size_t j = 0; j < k; ++j)
@@ -47,9 +43,9 @@ size_t first_with(const std::vector<int32_t>& pattern, size_t k) {
 std::string explain_sizes(const ir::Graph& g, const GraphKey& c) {
   size_t k = 0;
   while (k < g.pattern.size() && g.pattern[k] == c.pattern[k]) ++k;
-  if (k == g.pattern.size()) return "hash collision with graph " + hex(c.hash);
+  if (k == g.pattern.size()) return "hash collision with graph " + ir::hash_hex(c.hash);
   std::ostringstream os;
-  os << "same structure as graph " << hex(c.hash) << ", other sizes: " << g.site(k).to_string(g)
+  os << "same structure as graph " << ir::hash_hex(c.hash) << ", other sizes: " << g.site(k).to_string(g)
      << " is " << g.dims[k] << ", was " << c.dims[k];
   if (g.pattern[k] < ir::kFirstSymbol || c.pattern[k] < ir::kFirstSymbol) {
     os << " (sizes 0 and 1 are specialized: they change broadcasting)";
@@ -66,7 +62,7 @@ std::string explain_structure(const ir::Graph& g, const GraphKey& c) {
   while (i < g.nodes.size() && i < c.node_hashes.size() && g.nodes[i].node->local_hash == c.node_hashes[i])
     ++i;
   std::ostringstream os;
-  os << "new structure; nearest cached graph " << hex(c.hash) << " (" << c.node_hashes.size()
+  os << "new structure; nearest cached graph " << ir::hash_hex(c.hash) << " (" << c.node_hashes.size()
      << " nodes) first differs at node %" << i << ": ";
   if (i == g.nodes.size() || i == c.node_hashes.size()) {
     os << (i == g.nodes.size() ? "this graph ends there" : "the cached graph ends there")

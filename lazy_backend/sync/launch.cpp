@@ -9,11 +9,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "lazy_backend/exec/profiler_range.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/failures.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
+#include "lowering/ir/hash.h"
 #include "lowering/ops.h"
 
 namespace disc {
@@ -43,6 +45,7 @@ struct Launch {
   std::vector<uint64_t> writers;
   ir::Graph graph;
   std::shared_ptr<Executable> exe;
+  std::string profiler_name;       // see launch()
   std::exception_ptr error;        // set when the run failed
   RunFailure failure;              // what the failed run had done
   bool skipped = false;            // not run: an input was lost (reads_lost_result)
@@ -96,6 +99,9 @@ void execute(Launch& l) {
     l.state.store(Launch::kFailed, std::memory_order_release);
     return;
   }
+  ProfilerRange range([&] {
+    return l.profiler_name.empty() ? "disc::graph " + ir::hash_hex(l.graph.hash) : l.profiler_name;
+  });
   metrics::ScopedTimer t(metrics::counters().execute_ns);
   GraphClock clock;
   metrics::counters().graphs_run++;
@@ -387,8 +393,10 @@ bool read_alone(LazyStorage& s, const std::string& cause) {
 // right here (and is recovered here if it fails).
 int64_t graph_clock_ns() { return g_graph_clock_ns.load(std::memory_order_relaxed); }
 
-void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe) {
+void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe,
+            std::string profiler_name) {
   auto l = std::make_shared<Launch>();
+  l->profiler_name = std::move(profiler_name);
   l->roots = pending.roots;
   l->graph = std::move(graph);
   l->exe = std::move(exe);

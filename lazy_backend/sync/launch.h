@@ -14,8 +14,10 @@
 namespace disc {
 
 // Hands the pending graph over (recovering it at once when it runs inline
-// and fails).
-void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe);
+// and fails). `profiler_name` names its run in torch.profiler (empty: the
+// graph's hash alone).
+void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe,
+            std::string profiler_name = {});
 
 // Nanoseconds spent running graphs since the process started: the clock of
 // timed disc events, which measure graph execution, not tracing or waiting.

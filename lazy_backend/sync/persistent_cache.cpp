@@ -27,12 +27,6 @@ const runtime::DiskCache* disk() {
   return cache.get();
 }
 
-std::string hex(uint64_t h) {
-  std::ostringstream os;
-  os << std::hex << std::setw(16) << std::setfill('0') << h;
-  return os.str();
-}
-
 void count(runtime::DiskCache::Status s, const char* hit) {
   if (s == runtime::DiskCache::Status::kHit) metrics::bump(hit);
   if (s == runtime::DiskCache::Status::kDiscarded) metrics::bump("disk_cache.discarded");
@@ -73,7 +67,7 @@ std::string persistent_cache_version() {
 std::shared_ptr<runtime::JitModule> load_kernel(const std::string& mlir) {
   const runtime::DiskCache* d = disk();
   if (!d) return nullptr;
-  const std::string key = "k-" + hex(ir::hash_string(mlir)) + ".o";
+  const std::string key = "k-" + ir::hash_hex(ir::hash_string(mlir)) + ".o";
   runtime::DiskCache::Status status;
   std::optional<std::string> entry = d->load(key, &status);
   // The entry starts with the full MLIR text: a hash collision is a miss.
@@ -92,7 +86,7 @@ std::shared_ptr<runtime::JitModule> load_kernel(const std::string& mlir) {
 void store_kernel(const std::string& mlir, const std::string& object) {
   const runtime::DiskCache* d = disk();
   if (!d || object.empty()) return;
-  if (d->store("k-" + hex(ir::hash_string(mlir)) + ".o", mlir + object))
+  if (d->store("k-" + ir::hash_hex(ir::hash_string(mlir)) + ".o", mlir + object))
     metrics::bump("disk_cache.stores");
 }
 
@@ -100,7 +94,7 @@ bool graph_known(const ir::Graph& graph, uint64_t plan_signature) {
   const runtime::DiskCache* d = disk();
   if (!d) return false;
   runtime::DiskCache::Status status;
-  std::optional<std::string> m = d->load("g-" + hex(graph.hash), &status);
+  std::optional<std::string> m = d->load("g-" + ir::hash_hex(graph.hash), &status);
   const bool known = m && *m == manifest(graph, plan_signature);
   // Another graph's manifest under this hash (a collision) is a miss.
   if (m && !known) status = runtime::DiskCache::Status::kMissing;
@@ -110,7 +104,7 @@ bool graph_known(const ir::Graph& graph, uint64_t plan_signature) {
 
 void remember_graph(const ir::Graph& graph, uint64_t plan_signature) {
   const runtime::DiskCache* d = disk();
-  if (d && d->store("g-" + hex(graph.hash), manifest(graph, plan_signature)))
+  if (d && d->store("g-" + ir::hash_hex(graph.hash), manifest(graph, plan_signature)))
     metrics::bump("disk_cache.stores");
 }
 

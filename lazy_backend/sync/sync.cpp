@@ -7,12 +7,14 @@
 
 #include <cstdio>
 
+#include "lazy_backend/exec/profiler_range.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/compile_cache.h"
 #include "lazy_backend/sync/failures.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/pending.h"
+#include "lowering/ir/hash.h"
 #include "runtime/options.h"
 
 namespace disc {
@@ -61,7 +63,10 @@ bool run_pending(const std::string& cause, const std::string& where) {
     if (exe) {
       ops = graph.num_ops();
       outputs = graph.outputs.size();
-      launch(pending, std::move(graph), std::move(exe));
+      std::string name;
+      if (profiler_listening())
+        name = "disc::graph " + ir::hash_hex(graph.hash) + " (" + cause + ") " + where;
+      launch(pending, std::move(graph), std::move(exe), std::move(name));
     }
   }
   const bool compiled = metrics::counters().cache_misses > misses_before;
@@ -87,7 +92,8 @@ void locate_compile(const std::string& where) {
 }  // namespace
 
 void sync(const std::string& cause, Owed owed) {
-  const std::string where = debug_sync() ? python_location() : "";
+  // The user's line, for DISC_DEBUG_SYNC and for the graph's profiler range.
+  const std::string where = debug_sync() || profiler_listening() ? python_location() : "";
   if (run_pending(cause, where)) locate_compile(where);
   if (owed == Owed::kKeep) return;
   if (std::exception_ptr e = end_failure()) std::rethrow_exception(e);

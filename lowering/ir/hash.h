@@ -1,6 +1,8 @@
 // Hash mixing used by the structural graph hash.
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace disc::ir {
@@ -17,6 +19,13 @@ inline uint64_t hash_string(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
   for (unsigned char c : s) { h ^= c; h *= 0x100000001b3ULL; }
   return h;
+}
+
+// A hash as it is printed everywhere: 16 lowercase hex digits.
+inline std::string hash_hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 }  // namespace disc::ir
