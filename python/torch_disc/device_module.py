@@ -79,6 +79,12 @@ def set_rng_state(new_state: torch.Tensor, device="disc") -> None:
     _C.set_rng_state(new_state)
 
 
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 runs on every CPU disc runs on: natively with AVX512-BF16 or
+    AMX, widened to float32 for GEMMs and convolutions elsewhere."""
+    return True
+
+
 def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
 
