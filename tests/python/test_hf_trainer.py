@@ -99,8 +99,8 @@ def test_trainer_evaluates_and_accumulates_gradients(tmp_path):
 
 
 def test_trainer_with_gradient_checkpointing(tmp_path):
-    same_run(tmp_path, gradient_checkpointing=True,
-             gradient_checkpointing_kwargs={"use_reentrant": False})
+    same_run(tmp_path, activation_checkpointing=True,
+             activation_checkpointing_kwargs={"use_reentrant": False})
 
 
 def test_trainer_in_bf16(tmp_path, monkeypatch):
@@ -156,3 +156,19 @@ def test_accelerator_prepares_a_model_and_optimizer_on_disc():
 
 def test_torch_disc_sets_accelerates_device_variable_unless_the_user_did():
     assert os.environ.get("ACCELERATE_TORCH_DEVICE") == "disc"
+
+
+def test_the_bert_examples_trainer_script_matches_the_cpu(monkeypatch):
+    """examples/bert/trainer.py on the packaged MiniLM, two steps."""
+    from examples.bert import finetune, trainer
+
+    if finetune.packaged_model_dir() is None:
+        pytest.skip("no packaged MiniLM checkpoint (scripts/setup.sh installs it)")
+    argv = ["--limit", "16", "--max-steps", "2", "--dropout-off"]
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "disc")  # the cpu run changes it
+    on_disc = trainer.main(argv)
+    AcceleratorState._reset_state(True)
+    on_cpu = trainer.main(argv + ["--device", "cpu"])
+    assert on_disc["device"] == "disc" and on_cpu["device"] == "cpu"
+    assert on_disc["train_loss"] == pytest.approx(on_cpu["train_loss"], rel=1e-4)
+    assert on_disc["eval_loss"] == pytest.approx(on_cpu["eval_loss"], rel=1e-4)
