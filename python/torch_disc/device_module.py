@@ -46,6 +46,7 @@ def synchronize(device=None) -> None:
     """Runs all pending disc work (a sync with cause "synchronize") and waits
     until it is done (on the CUDA target, the GPU's too), as
     ``torch.cuda.synchronize`` does; raises its error."""
+    _index(device)  # disc:1 is an error, not a no-op
     _C.sync("synchronize")
     _C.wait()
     if _C.target() == "cuda":  # the graphs' CUDA kernels have been queued, not run

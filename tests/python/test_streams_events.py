@@ -116,6 +116,12 @@ def test_bad_uses_are_clear_errors():
         torch.disc.Event(interprocess=True)
     with pytest.raises(RuntimeError, match="disc:1"):
         torch.disc.current_stream(1)
+    with pytest.raises(RuntimeError, match="disc:3"):
+        torch.disc.synchronize("disc:3")
+    with pytest.raises(RuntimeError, match="does not match"):
+        torch.Event(device="disc").record(torch.Stream(device="cpu"))
+    with pytest.raises(RuntimeError, match="CPU"):
+        torch.disc.set_stream(torch.Stream(device="cpu"))
 
 
 def test_events_work_with_graphs_on_the_syncing_thread():
