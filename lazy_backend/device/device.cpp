@@ -99,8 +99,10 @@ struct DiscHooks final : at::PrivateUse1HooksInterface {
     auto* s = static_cast<LazyStorage*>(storage.data_ptr().get_context());
     TORCH_CHECK(s, "disc: storage without a lazy buffer");
     TraceLock lock;
-    TORCH_CHECK(newsize >= s->nbytes(), "disc: shrinking a storage is not supported");
-    s->grow(newsize);
+    TORCH_CHECK(newsize == 0 || newsize >= s->nbytes(), "disc: storage.resize_(", newsize,
+                ") of a ", s->nbytes(), "-byte storage: shrinking is supported to 0 bytes only");
+    if (newsize == 0) s->free_all();
+    else s->grow(newsize);
     storage.unsafeGetStorageImpl()->set_nbytes(newsize);
   }
 };

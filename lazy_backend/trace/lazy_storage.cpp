@@ -198,6 +198,16 @@ void LazyStorage::discard(const std::exception_ptr& error) {
   views_.clear();
 }
 
+void LazyStorage::free_all() {
+  if (held_) count_held_bytes(nbytes_, false);
+  held_ = false;
+  value_ = {};
+  fallback_ = {};
+  writer_ = this_thread_token();
+  nbytes_ = 0;
+  views_.clear();
+}
+
 void LazyStorage::grow(size_t nbytes) {
   if (nbytes <= nbytes_) return;
   if (value_) {

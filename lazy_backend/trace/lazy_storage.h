@@ -60,6 +60,9 @@ class LazyStorage {
   // so each step traces from the same state and yields the same graph.
   void forget_views() { views_.clear(); }
   void grow(size_t nbytes);        // resize_ to a larger size
+  // resize_(0): the buffer lets go of its value and its bytes (FSDP2 frees
+  // an unsharded parameter so, and grows it back before the next use).
+  void free_all();
   size_t nbytes() const { return nbytes_; }
   // Allocation order: the sync orders graph outputs by it, so the same
   // program yields the same graph (and cache key) every step.

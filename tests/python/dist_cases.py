@@ -397,8 +397,39 @@ def _bad_inputs(rank, world, args):
     return {"errors": errors, "after": t.cpu().tolist()}
 
 
+def _fsdp2_train(rank, world, args):
+    """FSDP2 (fully_shard per layer and at the root) on ``args["device"]``:
+    per-step global mean losses. FSDP2 frees each unsharded parameter with
+    storage.resize_(0) and regrows it for the next all-gather, and orders
+    its copies with streams and events through torch.get_device_module."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    kind, device, steps, per_rank = args["kind"], args["device"], args["steps"], args["per_rank"]
+    data = [(shard(x, rank, world), shard(y, rank, world))
+            for x, y in batches(kind, steps, per_rank * world)]
+    model = build_model(kind, seed=0).to(device)  # the same start everywhere
+    for layer in model.modules():
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    before = _counters(device)
+    losses = train(model, kind, data, device)
+    after = _counters(device)
+    total = []
+    for loss in losses:
+        dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+        total.append(loss.item() / world)
+    result = {"losses": total}
+    if device == "disc":
+        result["fallbacks"] = after["fallbacks"] - before["fallbacks"]
+        result["syncs"] = {k: v - before.get(k, 0) for k, v in after.items() if k.startswith("sync.")}
+    return result
+
+
 CASES = {"collectives": _collectives, "ddp_train": _ddp_train, "rank_dies": _rank_dies,
-         "mismatch": _mismatch, "bad_inputs": _bad_inputs}
+         "mismatch": _mismatch, "bad_inputs": _bad_inputs, "fsdp2_train": _fsdp2_train}
 
 
 def main(argv):

@@ -67,6 +67,18 @@ def test_ddp_matches_one_process_and_cpu(kind, tmp_path):
     cpu_model.load_state_dict(torch.load(ckpt, map_location="cpu"))
 
 
+def test_fsdp2_matches_one_process():
+    """fully_shard on disc: parameters sharded over 2 ranks, all-gathered
+    per layer, gradients reduce-scattered; the losses are one process's."""
+    steps, world, per_rank = 6, 2, 4
+    results = ok(launch("fsdp2_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
+                                               "per_rank": per_rank}))
+    want = one_process_losses("mlp", steps, world * per_rank)
+    for r in results:
+        close(r["losses"], want, 1e-5)
+        assert r["fallbacks"] == 0
+
+
 @pytest.mark.parametrize("kind", ["mlp", "bert"])
 def test_ddp_four_processes(kind):
     steps, world, per_rank = 20, 4, 2

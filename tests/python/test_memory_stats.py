@@ -50,6 +50,23 @@ def test_a_resized_buffer_counts_its_new_size():
     assert torch.accelerator.memory_allocated() == base
 
 
+def test_a_storage_freed_by_resize_to_zero_holds_nothing_until_refilled():
+    """FSDP2 frees an unsharded parameter with storage.resize_(0) and grows
+    it back for the next all-gather."""
+    base = torch.accelerator.memory_allocated()
+    x = torch.ones(1 << 20).to("disc")
+    x.untyped_storage().resize_(0)
+    assert torch.accelerator.memory_allocated() == base
+    x.untyped_storage().resize_(MIB4)
+    x.copy_(torch.full((1 << 20,), 2.0))  # refilled from the host
+    assert torch.accelerator.memory_allocated() == base + MIB4
+    assert torch.equal(x.cpu(), torch.full((1 << 20,), 2.0))
+    with pytest.raises(RuntimeError, match="shrinking is supported to 0 bytes only"):
+        x.untyped_storage().resize_(1024)
+    del x
+    assert torch.accelerator.memory_allocated() == base
+
+
 def test_a_training_step_holds_parameters_grads_and_optimizer_state():
     base = torch.accelerator.memory_allocated()
     torch.manual_seed(0)
