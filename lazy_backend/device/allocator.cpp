@@ -60,7 +60,10 @@ struct DiscAllocator final : c10::DeviceAllocator {
   bool initialized() override { return true; }
 
   void emptyCache(c10::MempoolId_t) override {
-    wait_for_worker();  // blocks still in use by a running graph stay
+    // Blocks a running graph still uses stay: wait for it, without the GIL
+    // (its Python ops may need it) and open to Ctrl-C.
+    GilReleased released;
+    wait_for_worker_interruptibly();
     empty_host_cache();
   }
 
@@ -93,7 +96,6 @@ struct DiscAllocator final : c10::DeviceAllocator {
     check_device(device, "reset_peak_memory_stats");
     std::lock_guard<std::mutex> lock(g_mu);
     for_each_stat(g_stats, [](c10::CachingAllocator::Stat& s) { s.reset_peak(); });
-
   }
 
   // Disc's buffers live in host memory: the host's free and total bytes.

@@ -37,9 +37,7 @@ def current_device() -> int:
 
 
 def set_device(device) -> None:
-    index = torch.device(device).index if not isinstance(device, int) else device
-    if index not in (None, 0):
-        raise RuntimeError(f"disc: device disc:{index} does not exist (only disc:0)")
+    _index(device)  # there is only disc:0 to select
 
 
 def synchronize(device=None) -> None:
