@@ -23,10 +23,12 @@ thread_local c10::StreamId t_current_stream = 0;
 
 c10::Stream stream_of(c10::StreamId id) { return c10::Stream(c10::Stream::UNSAFE, kDevice, id); }
 
-// One recording of an event: completes when the worker reaches it.
+// One recording of an event. `handed` once its completion is queued behind
+// the graphs that compute what was traced before it; `done` once it ran.
 struct Mark {
   std::mutex mu;
   std::condition_variable cv;
+  std::atomic<bool> handed{false};
   bool done = false;
   int64_t clock_ns = 0;
 
@@ -37,6 +39,11 @@ struct Mark {
       done = true;
     }
     cv.notify_all();
+  }
+
+  static void hand_over(const std::shared_ptr<Mark>& m) {
+    m->handed = true;
+    behind_graphs([m] { m->complete(); });
   }
 };
 
@@ -93,25 +100,40 @@ void record(void** handle, c10::EventFlag flag) {
   auto mark = std::make_shared<Mark>();
   {
     GilReleased released;  // the sync and the worker may need it
-    sync("event", Owed::kKeep);
-    if (async_enabled()) {
-      run_on_worker([mark] { mark->complete(); });
+    if (e.timed) {
+      // A timed event is an exact point: the graph so far ends here.
+      sync("event", Owed::kKeep);
+      Mark::hand_over(mark);
     } else {
-      mark->complete();  // the sync ran its graph on this thread
+      TraceLock lock;
+      if (any_pending()) after_next_sync([mark] { Mark::hand_over(mark); });
+      else Mark::hand_over(mark);
     }
   }
   e.mark = std::move(mark);
 }
 
+// An untimed event still waiting for its sync: the sync happens now, since
+// nothing else would make its work run.
+static void hand_over_now(Mark& m) {
+  if (m.handed) return;
+  GilReleased released;
+  sync("event", Owed::kKeep);
+}
+
 bool query(void* handle) {
   const std::shared_ptr<Mark> m = event_of(handle).mark;
   if (!m) return true;  // never recorded: nothing to wait for, as on CUDA
+  hand_over_now(*m);
   std::lock_guard<std::mutex> lock(m->mu);
   return m->done;
 }
 
 void synchronize(void* handle) {
-  if (const std::shared_ptr<Mark> m = event_of(handle).mark) wait_for(*m);
+  if (const std::shared_ptr<Mark> m = event_of(handle).mark) {
+    hand_over_now(*m);
+    wait_for(*m);
+  }
 }
 
 double elapsed_ms(void* start, void* end) {

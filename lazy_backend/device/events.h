@@ -4,12 +4,15 @@
 // disc has one execution order: graphs run one after another on the graph
 // worker in the order their syncs happened. Every stream is a name for that
 // order, so work is never reordered and waiting on another stream or event
-// has nothing to do. An event marks a point in it: recording one ends the
-// current graph (a sync, cause "event"; work traced before the event is one
-// graph, work after it another) and completes when that graph has run. A
-// timed event stamps the graph clock (launch.h, graph_clock_ns): elapsed
-// time between two events is the time graphs ran between them, not the
-// tracing or the waits in between.
+// has nothing to do. An event marks a point in it and completes when the
+// graph computing what was traced before it has run. An untimed event is
+// handed over by the next sync, whatever causes it, so recording one costs
+// no graph of its own (FSDP2 records several per layer); querying or
+// synchronizing it first syncs if no sync has come yet. A timed event is an
+// exact point: recording it ends the current graph (a sync, cause "event").
+// Its stamp is the graph clock (launch.h, graph_clock_ns): elapsed time
+// between two events is the time graphs ran between them, not the tracing
+// or the waits in between.
 #pragma once
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>

@@ -149,6 +149,11 @@ void run_on_worker(std::function<void()> work) {
   });
 }
 
+void behind_graphs(std::function<void()> f) {
+  if (async_enabled()) run_on_worker(std::move(f));
+  else f();
+}
+
 bool wait_for_worker() { return worker().wait(false); }
 bool wait_for_worker_interruptibly() { return worker().wait(true); }
 

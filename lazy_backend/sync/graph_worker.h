@@ -25,6 +25,10 @@ void set_async_enabled(bool on);
 // is the work's.
 void run_on_worker(std::function<void()> work);
 
+// Runs `f` once every graph handed over so far has run: queued on the
+// worker behind them, or now where graphs run on the syncing thread.
+void behind_graphs(std::function<void()> f);
+
 // Waits until the worker has finished its work (true if there was any).
 bool wait_for_worker();
 // The same where the host may stop waiting: raises when a signal (Ctrl-C)

@@ -6,6 +6,8 @@
 #include "lazy_backend/sync/sync.h"
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "lazy_backend/exec/profiler_range.h"
 #include "lazy_backend/metrics.h"
@@ -20,6 +22,11 @@
 namespace disc {
 
 namespace {
+
+std::vector<std::function<void()>>& after_sync() {  // trace_mutex()
+  static std::vector<std::function<void()>> hooks;
+  return hooks;
+}
 
 std::function<std::string()>& location_provider() {
   static std::function<std::string()> f;
@@ -69,6 +76,7 @@ bool run_pending(const std::string& cause, const std::string& where) {
       launch(pending, std::move(graph), std::move(exe), std::move(name));
     }
   }
+  for (const std::function<void()>& f : std::exchange(after_sync(), {})) f();
   const bool compiled = metrics::counters().cache_misses > misses_before;
   if (debug_sync()) {
     std::fprintf(stderr, "[disc] sync cause=%s at %s: %zu ops, %zu outputs, cache %s\n",
@@ -97,6 +105,11 @@ void sync(const std::string& cause, Owed owed) {
   if (run_pending(cause, where)) locate_compile(where);
   if (owed == Owed::kKeep) return;
   if (std::exception_ptr e = end_failure()) std::rethrow_exception(e);
+}
+
+void after_next_sync(std::function<void()> f) {
+  TraceLock lock;
+  after_sync().push_back(std::move(f));
 }
 
 void set_python_location_provider(std::function<std::string()> provider) {

@@ -21,6 +21,11 @@ enum class Owed { kRaise, kKeep };
 // it and raised here, after this sync has handed over its own graph.
 void sync(const std::string& cause, Owed owed = Owed::kRaise);
 
+// Runs `f` on the thread of the next sync, once that sync has handed its
+// graph over (or found nothing to hand over): what follows the work traced
+// until then (an event's completion, events.h). Takes trace_mutex().
+void after_next_sync(std::function<void()> f);
+
 // Waits until the graph of the last sync has run (syncs hand graphs to the
 // graph worker, graph_worker.h); raises the failure owed to the calling
 // thread, if any.

@@ -424,7 +424,8 @@ def _fsdp2_train(rank, world, args):
     result = {"losses": total}
     if device == "disc":
         result["fallbacks"] = after["fallbacks"] - before["fallbacks"]
-        result["syncs"] = {k: v - before.get(k, 0) for k, v in after.items() if k.startswith("sync.")}
+        result["syncs"] = {k: v - before.get(k, 0) for k, v in after.items()
+                           if k.startswith("sync.") and v > before.get(k, 0)}
     return result
 
 

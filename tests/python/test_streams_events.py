@@ -30,19 +30,49 @@ def test_streams_come_from_torch_stream_the_accelerator_and_the_device_module():
     assert torch.disc.current_stream().stream_id == 0
 
 
-def test_an_event_completes_when_the_graph_before_it_has_run(counters):
+def test_an_untimed_event_rides_the_next_sync(counters):
     x = torch.randn(256, 256).to("disc")
     torch_disc.wait()
     torch_disc.metrics.reset()
     y = slow_chain(x)
     event = torch.Event(device="disc")
     event.record()
-    assert counters().get("sync.event", 0) == 1  # the record ended the graph
+    assert counters().get("syncs", 0) == 0  # recording ends no graph
+    z = y + 1  # traced after the event: the same graph
+    torch_disc.sync()
     event.synchronize()
     assert event.query()
-    assert counters()["graphs_run"] == 1
-    # The value is there: reading it waits for nothing.
-    torch.testing.assert_close(y.cpu(), slow_chain(x.cpu()), rtol=1e-4, atol=1e-4)
+    assert counters()["graphs_run"] == 1 and counters().get("sync.event", 0) == 0
+    torch.testing.assert_close(z.cpu(), slow_chain(x.cpu()) + 1, rtol=1e-4, atol=1e-4)
+
+
+def test_waiting_on_an_event_no_sync_handed_over_syncs_once(counters):
+    x = torch.randn(64, 64).to("disc")
+    torch_disc.wait()
+    torch_disc.metrics.reset()
+    y = x * 2
+    event = torch.disc.Event()
+    event.record()
+    event.synchronize()  # nothing else would make y's graph run
+    assert event.query()
+    assert counters()["sync.event"] == 1 and counters()["graphs_run"] == 1
+    event.synchronize()
+    assert counters()["sync.event"] == 1
+    torch.testing.assert_close(y.cpu(), x.cpu() * 2)
+
+
+def test_a_timed_event_ends_the_graph(counters):
+    x = torch.randn(64, 64).to("disc")
+    torch_disc.wait()
+    torch_disc.metrics.reset()
+    y = x * 2
+    torch.disc.Event(enable_timing=True).record()
+    assert counters()["sync.event"] == 1
+    z = y + 1
+    torch_disc.sync()
+    torch_disc.wait()
+    assert counters()["graphs_run"] == 2
+    torch.testing.assert_close(z.cpu(), x.cpu() * 2 + 1)
 
 
 def test_an_event_recorded_with_nothing_traced_adds_no_graph(counters):
