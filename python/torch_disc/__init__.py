@@ -72,8 +72,11 @@ torch.set_autocast_dtype("disc", torch.bfloat16)
 # transformers' TrainingArguments knows its accelerators by name and falls
 # back to this variable (else the CPU): without it Trainer would keep the
 # model on the CPU while accelerate moves every batch to disc. A value the
-# user set wins.
-os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "disc")
+# user set wins, and where torch's accelerator is another device (a CUDA
+# GPU), nothing is set.
+_accelerator = torch.accelerator.current_accelerator()
+if _accelerator is not None and _accelerator.type == "disc":
+    os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "disc")
 
 
 def _finish_at_exit() -> None:
