@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <deque>
 #include <unordered_map>
 #include <unordered_set>
@@ -75,21 +74,8 @@ bool reads_lost_result(const ir::Graph& g) {
 // allocated those nodes, and freeing them on the worker thread cost the
 // MNIST MLP step ~80 us of worker time (cross-thread frees), a tenth of it.
 // It holds the graph's inputs a little longer; the results are let go here.
+// graph_clock_ns(): like execute_ns, but never reset with the metrics.
 std::atomic<int64_t> g_graph_clock_ns{0};
-
-// Adds its lifetime to g_graph_clock_ns.
-class GraphClock {
- public:
-  GraphClock() : start_(std::chrono::steady_clock::now()) {}
-  ~GraphClock() {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::steady_clock::now() - start_);
-    g_graph_clock_ns.fetch_add(ns.count(), std::memory_order_relaxed);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_;
-};
 
 void execute(Launch& l) {
   NoPythonDispatch no_python;
@@ -103,7 +89,7 @@ void execute(Launch& l) {
     return l.profiler_name.empty() ? "disc::graph " + ir::hash_hex(l.graph.hash) : l.profiler_name;
   });
   metrics::ScopedTimer t(metrics::counters().execute_ns);
-  GraphClock clock;
+  metrics::ScopedTimer clock(g_graph_clock_ns);
   metrics::counters().graphs_run++;
   metrics::counters().graph_nodes += static_cast<int64_t>(l.graph.num_ops());
   auto deliver = [&](size_t k, const at::Tensor& v) { payload_of(*l.results[k].node)->fulfil(v); };
