@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "lazy_backend/device/device_index.h"
 #include "lazy_backend/exec/host_cache.h"
 #include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/trace/lazy_storage.h"
@@ -72,7 +73,7 @@ struct DiscAllocator final : c10::DeviceAllocator {
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    check_device(device, "memory_stats");
+    check_device_index(device, "memory_stats");
     const HostCacheStats cache = host_cache_stats();
     std::lock_guard<std::mutex> lock(g_mu);
     DeviceStats out = g_stats;
@@ -86,28 +87,23 @@ struct DiscAllocator final : c10::DeviceAllocator {
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    check_device(device, "reset_accumulated_memory_stats");
+    check_device_index(device, "reset_accumulated_memory_stats");
     std::lock_guard<std::mutex> lock(g_mu);
     for_each_stat(g_stats, [](c10::CachingAllocator::Stat& s) { s.reset_accumulated(); });
     g_stats.num_alloc_retries = g_stats.num_ooms = 0;
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    check_device(device, "reset_peak_memory_stats");
+    check_device_index(device, "reset_peak_memory_stats");
     std::lock_guard<std::mutex> lock(g_mu);
     for_each_stat(g_stats, [](c10::CachingAllocator::Stat& s) { s.reset_peak(); });
   }
 
   // Disc's buffers live in host memory: the host's free and total bytes.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    check_device(device, "mem_get_info");
+    check_device_index(device, "mem_get_info");
     return {static_cast<size_t>(host_bytes(_SC_AVPHYS_PAGES)),
             static_cast<size_t>(host_bytes(_SC_PHYS_PAGES))};
-  }
-
-  static void check_device(c10::DeviceIndex device, const char* call) {
-    TORCH_CHECK(device <= 0, "disc: ", call, " for device disc:", static_cast<int>(device),
-                ", which does not exist (only disc:0)");
   }
 };
 

@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "lazy_backend/device/allocator.h"
+#include "lazy_backend/device/device_index.h"
 #include "lazy_backend/device/events.h"
 #include "lazy_backend/device/pinned_memory.h"
 #include "lazy_backend/device/rng.h"
@@ -16,11 +17,6 @@ namespace disc {
 namespace {
 
 constexpr c10::DeviceType kDisc = c10::DeviceType::PrivateUse1;
-
-void check_index(c10::DeviceIndex index, const char* call) {
-  TORCH_CHECK(index <= 0, "disc: ", call, " on device disc:", static_cast<int>(index),
-              ", which does not exist (only disc:0)");
-}
 
 // One device; streams and events as events.h describes them.
 struct DiscGuardImpl final : c10::impl::NoOpDeviceGuardImpl<kDisc> {
@@ -36,11 +32,11 @@ struct DiscGuardImpl final : c10::impl::NoOpDeviceGuardImpl<kDisc> {
     return events::exchange_stream(s);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    check_index(d.index(), "default_stream");
+    check_device_index(d.index(), "default_stream");
     return events::default_stream();
   }
   c10::Stream getNewStream(c10::Device d, int) const override {
-    check_index(d.index(), "Stream()");
+    check_device_index(d.index(), "Stream()");
     return events::new_stream();
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
@@ -49,13 +45,13 @@ struct DiscGuardImpl final : c10::impl::NoOpDeviceGuardImpl<kDisc> {
   bool queryStream(const c10::Stream&) const override { return events::query_device(); }
   void synchronizeStream(const c10::Stream&) const override { events::synchronize_device(); }
   void synchronizeDevice(c10::DeviceIndex index) const override {
-    check_index(index, "synchronize");
+    check_device_index(index, "synchronize");
     events::synchronize_device();
   }
 
   void record(void** event, const c10::Stream& stream, c10::DeviceIndex index,
               c10::EventFlag flag) const override {
-    check_index(index, "Event.record");
+    check_device_index(index, "Event.record");
     TORCH_CHECK(stream.device_type() == kDisc, "disc: Event.record on a ", stream.device_type(),
                 " stream");
     events::record(event, flag);

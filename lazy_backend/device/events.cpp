@@ -72,6 +72,14 @@ void wait_for(Mark& m) {
   wait_interruptibly(m.cv, lock, [&] { return m.done; });
 }
 
+// An untimed event still waiting for its sync: the sync happens now, since
+// nothing else would make its work run.
+void hand_over_now(Mark& m) {
+  if (m.handed) return;
+  GilReleased released;
+  sync("event", Owed::kKeep);
+}
+
 }  // namespace
 
 c10::Stream current_stream() noexcept { return stream_of(t_current_stream); }
@@ -111,14 +119,6 @@ void record(void** handle, c10::EventFlag flag) {
     }
   }
   e.mark = std::move(mark);
-}
-
-// An untimed event still waiting for its sync: the sync happens now, since
-// nothing else would make its work run.
-static void hand_over_now(Mark& m) {
-  if (m.handed) return;
-  GilReleased released;
-  sync("event", Owed::kKeep);
 }
 
 bool query(void* handle) {
