@@ -7,6 +7,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "lazy_backend/device/target.h"
+#include "lazy_backend/exec/widened_dtypes.h"
 #include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/tensor_data.h"
@@ -183,6 +184,25 @@ bool is_mutated(const ir::Node& n, size_t input) {
   return std::find(n.mutated.begin(), n.mutated.end(), input) != n.mutated.end();
 }
 
+// _grouped_mm's kernel (CPU's, like CUDA's) reads each operand row- or
+// column-major in its last two dims, the other stride a multiple of 16
+// bytes, as eager's transposed weights are.
+bool grouped_mm_layout(const at::Tensor& t) {
+  const int64_t align = 16 / static_cast<int64_t>(t.element_size());
+  const int64_t rows = t.stride(-2), cols = t.stride(-1);
+  return (cols == 1 && rows % align == 0 && rows >= t.size(-1)) ||
+         (rows == 1 && cols % align == 0 && cols >= t.size(-2));
+}
+
+at::Tensor grouped_mm_operand(const at::Tensor& t) {
+  if (grouped_mm_layout(t)) return t;
+  at::Tensor row_major = t.contiguous();
+  if (grouped_mm_layout(row_major)) return row_major;
+  at::Tensor column_major = t.transpose(-2, -1).contiguous().transpose(-2, -1);
+  // Neither: the kernel's own error names the op, as in eager.
+  return grouped_mm_layout(column_major) ? column_major : row_major;
+}
+
 // Inputs the op writes: its own copy unless the plan lets it write the
 // buffer in place (then the version is bumped, as ADInplaceOrView would).
 void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::vector<bool>* in_place) {
@@ -193,10 +213,14 @@ void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::
   // kernels rely on their composite caller's contiguous() and read their
   // input as row-major (mkldnn_rnn_layer, _embedding_bag's indices), so
   // inputs come row-major, except to the ops layout-plan lets read NHWC.
-  if (!lowering::is_layout_agnostic(n.op))
+  static const uint32_t grouped_mm = ir::intern_op("aten::_grouped_mm");
+  if (n.op == grouped_mm) {
+    for (size_t i = 0; i < 2; ++i) ins[i] = grouped_mm_operand(ins[i]);
+  } else if (!lowering::is_layout_agnostic(n.op)) {
     for (size_t i = 0; i < ins.size(); ++i)
       if (ins[i].defined() && !ins[i].is_contiguous() && !is_mutated(n, i))
         ins[i] = ins[i].contiguous();
+  }
   for (size_t j = 0; j < n.mutated.size(); ++j) {
     if (!in_place || !(*in_place)[j]) {
       ins[n.mutated[j]] = ins[n.mutated[j]].clone();
@@ -284,11 +308,33 @@ std::vector<at::Tensor> node_outputs(const c10::OperatorHandle& op, const ir::No
   return outs;
 }
 
+// The op in the wider dtype widened_dtypes.h names for its first input's:
+// every input of that dtype is widened, every output of the wide dtype cast
+// back. Mutated inputs are left to the plain path (no rule names one).
+std::optional<std::vector<at::Tensor>> run_widened(const c10::OperatorHandle& op, const ir::Node& n,
+                                                   std::vector<at::Tensor>& ins, c10::Device device) {
+  if (ins.empty() || !ins[0].defined() || !n.mutated.empty()) return std::nullopt;
+  const at::ScalarType narrow = ins[0].scalar_type();
+  const std::string& name = ir::op_name(n.op);
+  const std::optional<at::ScalarType> wide = widened_dtype(name, narrow);
+  if (!wide) return std::nullopt;
+  metrics::bump("widened." + name);
+  for (at::Tensor& t : ins)
+    if (t.defined() && t.scalar_type() == narrow) t = t.to(*wide);
+  torch::jit::Stack stack = boxed_arguments(n, ins, device);
+  call_kernel(op, n, stack);
+  std::vector<at::Tensor> outs = node_outputs(op, n, stack, ins);
+  for (at::Tensor& t : outs)
+    if (t.defined() && t.scalar_type() == *wide) t = t.to(narrow);
+  return outs;
+}
+
 std::vector<at::Tensor> replay_on(c10::Device device, const c10::OperatorHandle& op, const ir::Node& n,
                                   std::vector<at::Tensor> ins, const std::vector<bool>* in_place) {
   if (ins.size() == 1 && n.outputs.size() == 1)
     if (std::optional<at::Tensor> v = plain_view(n, ins[0])) return {std::move(*v)};
   prepare_inputs(n, ins, in_place);
+  if (std::optional<std::vector<at::Tensor>> outs = run_widened(op, n, ins, device)) return std::move(*outs);
   torch::jit::Stack stack = boxed_arguments(n, ins, device);
   call_kernel(op, n, stack);
   return node_outputs(op, n, stack, ins);

@@ -321,7 +321,8 @@ void check_devices(c10::ArrayRef<c10::IValue> args, const std::string& name) {
 }
 
 // The op's output shapes: by exact key, else by size pattern (a new
-// length), else from the Meta kernel, learning both keys. nullptr when the
+// length), else by a rule of shape_rules.h, else from the Meta kernel,
+// learning both keys. nullptr when the
 // op has no Meta kernel. `scratch` holds a result not in the cache.
 const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& name,
                             c10::ArrayRef<c10::IValue> args, MetaResult& scratch) {
@@ -331,8 +332,8 @@ const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& na
     scratch = std::move(*r);
     metrics::bump("shape_cache.symbolic_hits");
   } else {
-    r = infer_shapes(op, name, args);
-    if (!r) r = shapes_by_rule(name, args);
+    r = shapes_by_rule(name, args);
+    if (!r) r = infer_shapes(op, name, args);
     if (!r) return nullptr;
     scratch = std::move(*r);
     remember_symbolic_shapes(op, args, scratch);

@@ -56,6 +56,10 @@ constexpr const char* kRecordedWhole[] = {
     // (same values), and a compiled graph's frozen statistics would chain
     // every trace onto the one before.
     "_native_batch_norm_legit_no_training",
+    // else: offs copied to the CPU (a sync) and one mm per group, a new
+    // graph whenever the routing of a mixture-of-experts layer changes;
+    // recorded whole, offs is data of the one node.
+    "_grouped_mm",
 };
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(

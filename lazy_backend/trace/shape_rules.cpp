@@ -97,6 +97,33 @@ MetaResult histogramdd_counts(c10::ArrayRef<c10::IValue> args) {
   return returning({meta(args[1].toIntVector(), args[0].toTensor().scalar_type())});
 }
 
+// _grouped_mm(a, b, offs, bias, out_dtype): its Meta kernel takes bf16 only
+// (CUDA's rule) while ATen's CPU kernel, which runs it here, takes every
+// float type. Groups come from b's leading dim or from offs (a 2-D x 2-D
+// product grouped along K); the output's rows are padded to 16 bytes as
+// the kernel allocates them.
+MetaResult grouped_mm(c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& a = args[0].toTensor();
+  const at::Tensor& b = args[1].toTensor();
+  const at::ScalarType dtype =
+      args.size() > 4 && !args[4].isNone() ? args[4].toScalarType() : a.scalar_type();
+  std::vector<int64_t> sizes;
+  if (a.dim() == 2 && b.dim() == 2) {
+    TORCH_CHECK(args.size() > 2 && args[2].isTensor(), "aten::_grouped_mm: 2-D x 2-D needs offs");
+    sizes = {args[2].toTensor().size(0), a.size(0), b.size(1)};
+  } else if (a.dim() == 3 && b.dim() == 3) {
+    sizes = {a.size(0), a.size(1), b.size(2)};
+  } else {
+    sizes = {a.size(-2), b.size(-1)};
+  }
+  const int64_t align = 16 / static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t row = (sizes.back() + align - 1) / align * align;
+  std::vector<int64_t> strides(sizes.size(), 1);
+  if (sizes.size() > 1) strides[sizes.size() - 2] = row;
+  if (sizes.size() > 2) strides[0] = row * sizes[1];
+  return returning({at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype).device(c10::kMeta))});
+}
+
 using Rule = std::function<MetaResult(c10::ArrayRef<c10::IValue>)>;
 
 const std::unordered_map<std::string, Rule>& rules() {
@@ -105,6 +132,7 @@ const std::unordered_map<std::string, Rule>& rules() {
       {"aten::_cummin_helper", cumulative_helper},
       {"aten::_logcumsumexp", [](auto args) { return like_argument(args, 0); }},
       {"aten::geqrf", geqrf},
+      {"aten::_grouped_mm", grouped_mm},
       {"aten::histogram.bin_ct", histogram},
       {"aten::histogram.bins_tensor", histogram_by_edges},
       {"aten::_histogramdd_bin_edges", histogramdd_bin_edges},

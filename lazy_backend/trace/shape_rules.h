@@ -1,7 +1,8 @@
 // Output shapes for ops that PyTorch gives no Meta kernel although their
 // shapes follow from their arguments' (_logcumsumexp, geqrf, the margin
-// losses' backwards, histc's relatives): with a rule here they are recorded
-// like any other op instead of running on the CPU fallback.
+// losses' backwards, histc's relatives), or whose Meta kernel refuses what
+// the CPU kernel runs (_grouped_mm: bf16 only): with a rule here they are
+// recorded like any other op instead of running on the CPU fallback.
 #pragma once
 #include <ATen/core/ivalue.h>
 
