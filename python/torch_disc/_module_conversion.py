@@ -12,6 +12,12 @@ conversion to, from or on disc swaps. A parameter that something else
 still references (a view of it, an autograd graph that read it) cannot be
 swapped; then the conversion makes new Parameters as before, with a warning
 when that unties weights.
+
+Either way ``Module._apply`` would turn a lazy module's uninitialized
+parameters and buffers (``nn.LazyConv2d``) into plain empty tensors, which
+its first forward then feeds to the op instead of initializing them (CPU and
+CUDA keep them through ``param.data = new``). They come back uninitialized,
+on the new device and dtype.
 """
 import functools
 import warnings
@@ -39,13 +45,31 @@ def _targets_disc(args, kwargs) -> bool:
     return device is not None and torch.device(device).type == "disc"
 
 
+def _uninitialized(module):
+    """(table, name, class) of every uninitialized parameter and buffer."""
+    return [(table, name, type(t)) for m in module.modules()
+            for table in (m._parameters, m._buffers)
+            for name, t in table.items() if torch.nn.parameter.is_lazy(t)]
+
+
+def _keep_uninitialized(module, convert):
+    """Runs ``convert()``; what was uninitialized before stays so."""
+    lazy = _uninitialized(module)
+    result = convert()
+    for table, name, cls in lazy:
+        t = table[name]
+        if t is not None and not torch.nn.parameter.is_lazy(t):
+            table[name] = cls(requires_grad=t.requires_grad, device=t.device, dtype=t.dtype)
+    return result
+
+
 def _converted_with_swaps(module, convert):
     """Runs ``convert()`` (a Module conversion) with parameter swapping on."""
     if torch.__future__.get_swap_module_params_on_conversion():
-        return convert()
+        return _keep_uninitialized(module, convert)
     torch.__future__.set_swap_module_params_on_conversion(True)
     try:
-        return convert()
+        return _keep_uninitialized(module, convert)
     except RuntimeError as e:
         if "Couldn't swap" not in str(e):
             raise
@@ -57,7 +81,7 @@ def _converted_with_swaps(module, convert):
                 "before taking views of its parameters or running it with autograd.", stacklevel=3)
     finally:
         torch.__future__.set_swap_module_params_on_conversion(False)
-    return convert()
+    return _keep_uninitialized(module, convert)
 
 
 def _wrap(name, involves_disc):
