@@ -6,6 +6,7 @@
 // op runs its ATen CPU kernel, as in the reference executor. Kernels are
 // shape-generic: sizes and strides are passed at each launch.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <c10/util/SmallVector.h>
 
@@ -269,8 +270,11 @@ class CompiledExecutable final : public Executable {
   }
 
   // The planned in-place writes that are safe in this run: the buffer is not
-  // shared with another tensor (a view, a CPU tensor the user holds) and, for
-  // a parameter, not still the data of a storage this sync keeps.
+  // shared with another tensor (a view, a CPU tensor the user holds), no two
+  // of the value's elements share memory (an expand's output: masked_fill
+  // of an expanded tensor writes a [B, H, L, L] result, not the [B, H, 1, L]
+  // buffer behind it) and, for a parameter, it is not still the data of a
+  // storage this sync keeps.
   std::vector<bool> writable_in_place(const lowering::Step& step, const ir::Graph& g,
                                       const std::vector<at::Tensor>& ins, RunCounts& n) const {
     const lowering::ProgramOp& op = program_.ops[step.op];
@@ -278,7 +282,8 @@ class CompiledExecutable final : public Executable {
     for (size_t j = 0; j < ok.size(); ++j) {
       if (!ok[j]) continue;
       const uint32_t m = g.nodes[step.op].node->mutated[j];  // program_ nodes are gone
-      ok[j] = sole_buffer(g, op.inputs[m].node, ins[m], 2);  // values[] and `ins`
+      ok[j] = sole_buffer(g, op.inputs[m].node, ins[m], 2) &&  // values[] and `ins`
+              at::has_internal_overlap(ins[m]) == at::MemOverlap::No;
       n.inputs_overwritten |= ok[j] && g.nodes[op.inputs[m].node].param >= 0;
       static metrics::Named writes("inplace.writes"), copies("inplace.copies");
       ++(ok[j] ? writes : copies);

@@ -65,6 +65,24 @@ def test_buffer_shared_by_two_tensors_is_copied():
     assert p.cpu()[0].item() == 10.0 and q.cpu()[0].item() == 2.0
 
 
+def test_masked_fill_of_an_expanded_value_writes_a_copy():
+    """masked_fill of an expand (Doge's dynamic attention mask) records an
+    in-place masked_fill_ on the expand's value: its [B, H, 1, L] buffer
+    has no other reader, but its [B, H, L, L] elements share memory, so
+    writing there would let every row overwrite the others."""
+    torch.manual_seed(0)
+    p = torch.randn(2, 4, 16)
+    mask = torch.ones(16, 16, dtype=torch.bool).triu(1)
+
+    def fill(p, mask):
+        return torch.exp(p)[:, :, None, :].expand(-1, -1, 16, -1).masked_fill(mask, -1.0)
+
+    pd, md = p.to("disc"), mask.to("disc")
+    out = []
+    assert step_counts(lambda: out.append(fill(pd, md))) == (0, 1)
+    torch.testing.assert_close(out[0].cpu(), fill(p, mask))
+
+
 def test_training_matches_reference_with_in_place_updates():
     torch.manual_seed(0)
     ref = torch.nn.Linear(8, 4)
