@@ -289,7 +289,7 @@ namespace {
 void settle_for_reader() { settle(); }
 const bool settler_installed = (set_future_settler(&settle_for_reader), true);
 
-constexpr size_t kMaxOpsReadAlone = 16;
+constexpr size_t kMaxOpsReadAlone = 64;  // a conv stack's output-length formula
 constexpr int64_t kMaxElementsReadAlone = int64_t{1} << 16;
 
 // Whether at most `max_ops` ops compute `v`: a walk that stops as soon as
@@ -311,13 +311,23 @@ bool at_most_ops(const ir::Value& v, size_t max_ops) {
   return true;
 }
 
+// Whether node `n` writes one of the graph's inputs. Writing a buffer the
+// graph made itself (ones_like: a fill_ of a fresh tensor) changes nothing
+// outside it.
+bool writes_an_input(const ir::Graph& g, const ir::GraphNode& n) {
+  for (uint32_t m : n.node->mutated)
+    if (g.nodes[n.inputs[m].node].param >= 0) return true;
+  return false;
+}
+
 // Whether graph `g`, a few ops (at_most_ops), may run on its own, now, on
 // the reading thread: its tensors are small (computing them again in the
 // next sync's graph costs nothing worth counting; a model's forward, read
 // before its backward, is not that), no op writes an input, draws random
 // numbers or exchanges data with other processes (which expect it once),
-// and all of its inputs are delivered and none is read by a graph
-// in flight, which may be updating it in place.
+// and all of its inputs are delivered and none is one that a graph in
+// flight may update in place (an input it only reads, such as a batch
+// every step reads, is no obstacle).
 bool computable_alone(const ir::Graph& g) {
   std::unordered_set<const ir::Node*> inputs;
   for (const ir::GraphNode& n : g.nodes) {
@@ -327,14 +337,18 @@ bool computable_alone(const ir::Graph& g) {
       const TensorData* d = payload_of(*n.node);
       if (!d || !d->ready()) return false;
       inputs.insert(n.node);
-    } else if (!n.node->mutated.empty() || n.node->rng_runtime >= 0 ||
+    } else if (writes_an_input(g, n) || n.node->rng_runtime >= 0 ||
                lowering::is_collective(n.node->op)) {
       return false;
     }
   }
-  for (const auto& l : in_flight())
-    for (uint32_t i : l->graph.params)
-      if (inputs.count(l->graph.nodes[i].node)) return false;
+  for (const auto& l : in_flight()) {
+    const ir::Graph& running = l->graph;
+    for (size_t k = 0; k < running.params.size(); ++k) {
+      const bool read_only = running.read_only_params.empty() || running.read_only_params[k];
+      if (!read_only && inputs.count(running.nodes[running.params[k]].node)) return false;
+    }
+  }
   return true;
 }
 
@@ -362,7 +376,10 @@ bool read_alone(LazyStorage& s, const std::string& cause) {
     storages.push_back(o);
     roots.push_back(o->value());
   }
-  if (!rest_pending) return false;  // a sync computes the same graph
+  // With nothing else pending a sync computes the same graph, but behind
+  // the graphs in flight (the previous step's update): alone, it need not
+  // wait for them.
+  if (!rest_pending && in_flight().empty()) return false;
   std::vector<at::Tensor> values;
   try {
     values = run_now(roots);

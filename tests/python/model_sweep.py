@@ -28,6 +28,7 @@ import copy
 import json
 import math
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -73,22 +74,38 @@ SMALL_INTS = {
 SMALL_IMAGE = 32
 
 
-def shrink(config):
+# What a retry leaves as the config has it when the shrink above gives a
+# model CPU eager cannot run (an architecture that ties a size to another
+# the generic names miss): first the per-head sizes, then every width.
+GENTLER = (
+    {"d_kv", "head_dim", "kv_channels", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim",
+     "kv_lora_rank", "q_lora_rank", "num_key_value_heads"},
+    {name for value, names in SMALL_INTS.items() if value not in (2, 256, 128) for name in names},
+)
+
+
+def shrink(config, attempt=0):
     """The config made small, whatever the architecture calls its sizes;
-    nested configs (text_config, vision_config, ...) too."""
+    nested configs (text_config, vision_config, ...) too. ``attempt`` > 0:
+    a gentler shrink (``GENTLER``)."""
     from transformers import PretrainedConfig
+    keep = set().union(*GENTLER[:attempt])
     for v in list(vars(config).values()):
         if isinstance(v, PretrainedConfig):
-            shrink(v)
+            shrink(v, attempt)
     for value, names in SMALL_INTS.items():
         for name in names:
+            if name in keep:
+                continue
             if isinstance(getattr(config, name, None), int) and not isinstance(getattr(config, name), bool):
                 setattr(config, name, value)
     for name in ("image_size",):
         if isinstance(getattr(config, name, None), int):
             setattr(config, name, SMALL_IMAGE)
     for name, v in list(vars(config).items()):
-        if isinstance(v, float) and ("dropout" in name or "drop_path" in name or name == "layerdrop"):
+        # Random in training (dropout, routers' jitter): off, so that the
+        # runs compare the same numbers.
+        if isinstance(v, float) and any(k in name for k in ("dropout", "drop_path", "layerdrop", "jitter")):
             setattr(config, name, 0.0)
         if name in ("depths",) and isinstance(v, (list, tuple)):
             setattr(config, name, [1] * len(v))
@@ -109,6 +126,12 @@ def shrink(config):
 
 # ----------------------------------------------------------------------------
 # What the sweep runs: (name, family, task, build, batch)
+
+
+def check_size(model):
+    size = sum(p.numel() for p in model.parameters())
+    if size > MAX_PARAMETERS:
+        raise ValueError(f"not small after shrinking: {size / 1e6:.0f}M parameters")
 
 
 def token_batch(task, config, generator):
@@ -147,9 +170,12 @@ def hf_cases(only=None):
                 continue
             name = f"{model_type}/{task}"
 
-            def build(model_type=model_type, class_name=class_name, task=task):
-                config = shrink(configuration_auto.CONFIG_MAPPING[model_type]())
-                model = getattr(transformers, class_name)(config)
+            def build(attempt=0, model_type=model_type, class_name=class_name, task=task):
+                config = shrink(configuration_auto.CONFIG_MAPPING[model_type](), attempt)
+                cls = getattr(transformers, class_name)
+                with torch.device("meta"):  # what a shrink missed, before it takes the memory
+                    check_size(cls(config))
+                model = cls(config)
                 gen = torch.Generator().manual_seed(1)
                 if task == "image-cls":
                     batch = image_batch(config, gen)
@@ -158,6 +184,7 @@ def hf_cases(only=None):
                 else:
                     batch = token_batch(task, config, gen)
                 return model, batch
+            build.attempts = 1 + len(GENTLER)
             yield name, "hf", build
 
 
@@ -261,18 +288,21 @@ def disc_error(exc):
 
 def run_case(name, family, build):
     row = {"model": name, "family": family}
-    try:
-        with warnings.catch_warnings(), time_limit(TIMEOUT_S):
-            warnings.simplefilter("ignore")
-            torch.manual_seed(0)
-            model, batch = build()
-            size = sum(p.numel() for p in model.parameters())
-            if size > MAX_PARAMETERS:
-                raise ValueError(f"not small after shrinking: {size / 1e6:.0f}M parameters")
-            eager, eager_t = train(model, batch, "cpu")
-    except Exception as e:  # noqa: BLE001 - CPU cannot train it: not counted
-        row.update(status="cpu-error", error=disc_error(e))
+    for attempt in range(getattr(build, "attempts", 1)):
+        try:
+            with warnings.catch_warnings(), time_limit(TIMEOUT_S):
+                warnings.simplefilter("ignore")
+                torch.manual_seed(0)
+                model, batch = build(attempt) if attempt else build()
+                check_size(model)
+                eager, eager_t = train(model, batch, "cpu")
+            break
+        except Exception as e:  # noqa: BLE001 - CPU cannot train it: not counted
+            row.update(status="cpu-error", error=disc_error(e))
+    else:
         return row
+    row.pop("error", None)
+    row["shrink"] = attempt
     if not all(math.isfinite(x) for x in eager):
         row.update(status="cpu-error", error=f"eager losses not finite: {eager}")
         return row
@@ -293,11 +323,12 @@ def run_case(name, family, build):
         with warnings.catch_warnings(), time_limit(TIMEOUT_S):
             warnings.simplefilter("ignore")
             losses, disc_t = train(model, batch, "disc", on_step=on_step)
+            syncs = metrics.syncs()
             torch_disc.sync()
     except Exception as e:  # noqa: BLE001
         row.update(status="error", error=disc_error(e), fallbacks=metrics.fallbacks())
         return row
-    counters, syncs = metrics.counters(), metrics.syncs()
+    counters = metrics.counters()
     before, syncs_before = marks["before"]
     row.update(eager=eager, disc=losses, exact=exact, fallbacks=metrics.fallbacks(),
                compiles=counters["compiles"], steady_compiles=counters["compiles"] - before["compiles"],
@@ -409,6 +440,10 @@ def main(argv=None):
     os.makedirs(os.path.dirname(args.log) or ".", exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
     if args.worker:
+        # A model too large for the machine fails with an error, not the
+        # kernel's OOM killer (which could pick another process).
+        limit = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.7)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         return 0 if sweep(args.families.split(","), only, args.log, args.per_process)[1] else 3
     # Workers of a bounded number of models each, until one finishes the
     # list; a worker that dies leaves its model "started", the next one
