@@ -5,9 +5,11 @@ test_model_sweep.py).
 Models: every architecture in transformers' auto mappings, per task head
 (causal LM, masked LM, sequence classification, seq2seq LM, image
 classification, CTC), built from its default config shrunk generically
-(hidden sizes, layers, heads, vocabulary, image and patch sizes: ``shrink``);
-torchvision's classification models and one model per timm family at their
-own small settings. Random weights, no download; dropout off.
+(hidden sizes, layers, heads, vocabulary, image and patch sizes: ``shrink``,
+then gentler shrinks where CPU eager cannot run the first); torchvision's
+classification models at 64 pixels (their fixed sizes where they have one);
+one model per timm family at 64 pixels, else its own size. Random weights,
+no download; dropout, stochastic depth and routers' jitter off.
 
 Per model: three AdamW steps with gradient clipping on CPU eager float32,
 CPU float64 (where the model takes it) and disc, from the same weights and
@@ -128,10 +130,22 @@ def shrink(config, attempt=0):
 # What the sweep runs: (name, family, task, build, batch)
 
 
+def no_dropout(model):
+    """Dropout and stochastic depth off (torchvision and timm build them
+    in): disc draws other random numbers than the CPU."""
+    for m in model.modules():
+        kind = type(m).__name__
+        if "Dropout" in kind or "DropPath" in kind or "StochasticDepth" in kind or "DropBlock" in kind:
+            for attr in ("p", "drop_prob"):
+                if isinstance(getattr(m, attr, None), float):
+                    setattr(m, attr, 0.0)
+    return model
+
+
 def check_size(model):
     size = sum(p.numel() for p in model.parameters())
     if size > MAX_PARAMETERS:
-        raise ValueError(f"not small after shrinking: {size / 1e6:.0f}M parameters")
+        raise ValueError(f"too large for the sweep: {size / 1e6:.0f}M parameters")
 
 
 def token_batch(task, config, generator):
@@ -212,10 +226,20 @@ def timm_cases(only=None):
             continue
         name = sorted(names, key=len)[0]  # one per family, its shortest name
 
-        def build(name=name):
-            model = timm.create_model(name, pretrained=False, num_classes=3, drop_rate=0.0)
-            size = model.default_cfg.get("input_size", (3, 64, 64))[-1] if hasattr(model, "default_cfg") else 64
-            return model, image_batch(None, torch.Generator().manual_seed(1), size=min(size, 224))
+        def build(attempt=0, name=name):
+            """64-pixel images (ViTs told so), else the model's own size."""
+            kw = dict(pretrained=False, num_classes=3, drop_rate=0.0)
+            if attempt == 0:
+                try:
+                    model = timm.create_model(name, img_size=64, **kw)
+                except TypeError:  # a model without img_size: convolutional
+                    model = timm.create_model(name, **kw)
+                size = 64
+            else:
+                model = timm.create_model(name, **kw)
+                size = min(model.default_cfg.get("input_size", (3, 224, 224))[-1], 224)
+            return model, image_batch(None, torch.Generator().manual_seed(1), size=size)
+        build.attempts = 2
         yield f"timm/{name}", "timm", build
 
 
@@ -286,64 +310,81 @@ def disc_error(exc):
     return (named[0] if named else lines[0])[:300]
 
 
-def run_case(name, family, build):
-    row = {"model": name, "family": family}
-    for attempt in range(getattr(build, "attempts", 1)):
+@contextlib.contextmanager
+def limited():
+    """One run: quiet, and at most TIMEOUT_S seconds."""
+    with warnings.catch_warnings(), time_limit(TIMEOUT_S):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def train_on_cpu(build):
+    """(model, batch, losses, step times, attempt) of the first build
+    CPU eager trains; raises the last attempt's error."""
+    attempts = getattr(build, "attempts", 1)
+    for attempt in range(attempts):
         try:
-            with warnings.catch_warnings(), time_limit(TIMEOUT_S):
-                warnings.simplefilter("ignore")
+            with limited():
                 torch.manual_seed(0)
                 model, batch = build(attempt) if attempt else build()
-                check_size(model)
-                eager, eager_t = train(model, batch, "cpu")
-            break
-        except Exception as e:  # noqa: BLE001 - CPU cannot train it: not counted
-            row.update(status="cpu-error", error=disc_error(e))
-    else:
-        return row
-    row.pop("error", None)
-    row["shrink"] = attempt
-    if not all(math.isfinite(x) for x in eager):
-        row.update(status="cpu-error", error=f"eager losses not finite: {eager}")
-        return row
-    try:
-        with warnings.catch_warnings(), time_limit(TIMEOUT_S):
-            warnings.simplefilter("ignore")
-            exact, _ = train(model, batch, "cpu", torch.float64)
-    except Exception:  # noqa: BLE001 - a model that takes no float64
-        exact = None
+                check_size(no_dropout(model))
+                return (model, batch, *train(model, batch, "cpu"), attempt)
+        except Exception:  # noqa: BLE001 - the next, gentler attempt
+            if attempt == attempts - 1:
+                raise
+
+
+def train_on_disc(model, batch):
+    """Losses, step times, and counters of the last step: compiles and
+    syncs (from before it to its loss.item())."""
     marks = {}
 
     def on_step(step):
         if step == STEPS - 1:
             torch_disc.sync()
-            marks["before"] = (metrics.counters(), dict(metrics.syncs()))
+            marks["compiles"], marks["syncs"] = metrics.counters()["compiles"], sum(metrics.syncs().values())
     metrics.reset()
+    with limited():
+        losses, times = train(model, batch, "disc", on_step=on_step)
+        syncs = sum(metrics.syncs().values())
+        torch_disc.sync()
+    compiles = metrics.counters()["compiles"]
+    return losses, times, dict(compiles=compiles, steady_compiles=compiles - marks["compiles"],
+                               steady_syncs=syncs - marks["syncs"])
+
+
+def verdict(row):
+    if not all(math.isfinite(x) for x in row["disc"]):
+        return "nan"
+    if row["steady_compiles"]:
+        return "recompiles"
+    exact = row["exact"]
+    as_close = exact is not None and \
+        worst_rel(row["disc"], exact) <= FACTOR * worst_rel(row["eager"], exact) + 1e-7
+    return "pass" if row["rel_vs_eager"] <= FLOOR or as_close else "numerics"
+
+
+def run_case(name, family, build):
+    """One model's row: its status and what decided it (module docstring)."""
+    row = {"model": name, "family": family}
     try:
-        with warnings.catch_warnings(), time_limit(TIMEOUT_S):
-            warnings.simplefilter("ignore")
-            losses, disc_t = train(model, batch, "disc", on_step=on_step)
-            syncs = metrics.syncs()
-            torch_disc.sync()
+        model, batch, eager, eager_t, row["shrink"] = train_on_cpu(build)
+    except Exception as e:  # noqa: BLE001 - CPU cannot train it: not counted
+        return dict(row, status="cpu-error", error=disc_error(e))
+    if not all(math.isfinite(x) for x in eager):
+        return dict(row, status="cpu-error", error=f"eager losses not finite: {eager}")
+    try:
+        with limited():
+            exact, _ = train(model, batch, "cpu", torch.float64)
+    except Exception:  # noqa: BLE001 - a model that takes no float64
+        exact = None
+    try:
+        losses, disc_t, counts = train_on_disc(model, batch)
     except Exception as e:  # noqa: BLE001
-        row.update(status="error", error=disc_error(e), fallbacks=metrics.fallbacks())
-        return row
-    counters = metrics.counters()
-    before, syncs_before = marks["before"]
-    row.update(eager=eager, disc=losses, exact=exact, fallbacks=metrics.fallbacks(),
-               compiles=counters["compiles"], steady_compiles=counters["compiles"] - before["compiles"],
-               steady_syncs=sum(syncs.values()) - sum(syncs_before.values()),
-               ms_disc=disc_t[-1] * 1e3, ms_eager=eager_t[-1] * 1e3,
-               rel_vs_eager=worst_rel(losses, eager))
-    if not all(math.isfinite(x) for x in losses):
-        row["status"] = "nan"
-    elif row["steady_compiles"]:
-        row["status"] = "recompiles"
-    elif row["rel_vs_eager"] <= FLOOR or (
-            exact is not None and worst_rel(losses, exact) <= FACTOR * worst_rel(eager, exact) + 1e-7):
-        row["status"] = "pass"
-    else:
-        row["status"] = "numerics"
+        return dict(row, status="error", error=disc_error(e), fallbacks=metrics.fallbacks())
+    row.update(eager=eager, disc=losses, exact=exact, fallbacks=metrics.fallbacks(), **counts,
+               ms_disc=disc_t[-1] * 1e3, ms_eager=eager_t[-1] * 1e3, rel_vs_eager=worst_rel(losses, eager))
+    row["status"] = verdict(row)
     return row
 
 
