@@ -376,10 +376,7 @@ bool read_alone(LazyStorage& s, const std::string& cause) {
     storages.push_back(o);
     roots.push_back(o->value());
   }
-  // With nothing else pending a sync computes the same graph, but behind
-  // the graphs in flight (the previous step's update): alone, it need not
-  // wait for them.
-  if (!rest_pending && in_flight().empty()) return false;
+  if (!rest_pending) return false;  // a sync computes the same graph
   std::vector<at::Tensor> values;
   try {
     values = run_now(roots);

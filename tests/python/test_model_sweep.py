@@ -18,9 +18,9 @@ QUICK = {
     ("hf", "qwen3_moe", "causal-lm"): ({}, 1),
     ("hf", "vit", "image-cls"): ({}, 1),
     # CTC: the labels' masked_select, and the lengths ctc_loss reads on the
-    # host, computed alone (read_alone); the boolean index in the backward
-    # needs the step's graph: one sync more.
-    ("hf", "wav2vec2", "ctc"): ({"aten::masked_select": 1, "aten::index.Tensor": 1}, 2),
+    # host, computed alone (read_alone); the label check (labels.max()) at
+    # the forward's start and the boolean index in the backward sync.
+    ("hf", "wav2vec2", "ctc"): ({"aten::masked_select": 1, "aten::index.Tensor": 1}, 3),
     ("torchvision", "mobilenet_v3_small", None): ({}, 1),
     ("timm", "convnext", None): ({}, 1),
 }

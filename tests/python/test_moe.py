@@ -115,7 +115,8 @@ def test_grouped_mm_matches_cpu_forward_and_backward(case):
     torch_disc.sync()
     metrics.reset()
     got = run("disc", offs)
-    assert metrics.syncs() == {"to_cpu": 1}  # reading the results
+    # no sync before the results are read (their read syncs, or runs alone)
+    assert set(metrics.syncs()) <= {"to_cpu"} and sum(metrics.syncs().values()) <= 1
     for x, want in zip(got, run("cpu", offs)):
         torch.testing.assert_close(x, want, rtol=1e-5, atol=1e-5)
     if offs is not None:
