@@ -322,8 +322,8 @@ void check_devices(c10::ArrayRef<c10::IValue> args, const std::string& name) {
 
 // The op's output shapes: by exact key, else by size pattern (a new
 // length), else by a rule of shape_rules.h, else from the Meta kernel,
-// learning both keys. nullptr when the
-// op has no Meta kernel. `scratch` holds a result not in the cache.
+// learning both keys. nullptr when the op has neither rule nor Meta
+// kernel. `scratch` holds a result not in the cache.
 const MetaResult* shapes_of(const c10::OperatorHandle& op, const std::string& name,
                             c10::ArrayRef<c10::IValue> args, MetaResult& scratch) {
   std::optional<ShapeKey> key = shape_key(op, args);

@@ -37,6 +37,8 @@ void warn_once(const std::string& name, const std::string& reason) {
   TORCH_WARN("disc: ", name, " runs on the CPU fallback (", reason,
              "); see torch_disc.metrics.counters()['fallback.", name, "']");
 }
+
+// Whether `t` is a disc tensor whose value is still only a trace.
 bool pending_disc_tensor(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return false;
   TraceLock lock;
@@ -61,6 +63,7 @@ void compute_inputs(const torch::jit::Stack& stack, const std::string& cause) {
     }
   }
 }
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
