@@ -315,10 +315,9 @@ std::optional<std::vector<at::Tensor>> run_widened(const c10::OperatorHandle& op
                                                    std::vector<at::Tensor>& ins, c10::Device device) {
   if (ins.empty() || !ins[0].defined() || !n.mutated.empty()) return std::nullopt;
   const at::ScalarType narrow = ins[0].scalar_type();
-  const std::string& name = ir::op_name(n.op);
-  const std::optional<at::ScalarType> wide = widened_dtype(name, narrow);
+  const std::optional<at::ScalarType> wide = widened_dtype(n.op, narrow);
   if (!wide) return std::nullopt;
-  metrics::bump("widened." + name);
+  metrics::bump("widened." + ir::op_name(n.op));
   for (at::Tensor& t : ins)
     if (t.defined() && t.scalar_type() == narrow) t = t.to(*wide);
   torch::jit::Stack stack = boxed_arguments(n, ins, device);

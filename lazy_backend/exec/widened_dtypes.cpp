@@ -3,6 +3,8 @@
 #include <functional>
 #include <unordered_map>
 
+#include "lowering/ir/node.h"
+
 namespace disc {
 
 namespace {
@@ -16,16 +18,16 @@ std::optional<at::ScalarType> integers_in_double(at::ScalarType t) {
   return std::nullopt;
 }
 
-const std::unordered_map<std::string, Rule>& rules() {
-  static const std::unordered_map<std::string, Rule> table = {
-      {"aten::histc", integers_in_double},
+const std::unordered_map<uint32_t, Rule>& rules() {
+  static const std::unordered_map<uint32_t, Rule> table = {
+      {ir::intern_op("aten::histc"), integers_in_double},
   };
   return table;
 }
 
 }  // namespace
 
-std::optional<at::ScalarType> widened_dtype(const std::string& op, at::ScalarType dtype) {
+std::optional<at::ScalarType> widened_dtype(uint32_t op, at::ScalarType dtype) {
   auto it = rules().find(op);
   if (it == rules().end()) return std::nullopt;
   return it->second(dtype);

@@ -6,13 +6,14 @@
 #pragma once
 #include <ATen/Tensor.h>
 
+#include <cstdint>
 #include <optional>
-#include <string>
 
 namespace disc {
 
-// The dtype `op` computes in on the CPU when its input has `dtype`;
-// nullopt when the CPU kernel takes `dtype` itself.
-std::optional<at::ScalarType> widened_dtype(const std::string& op, at::ScalarType dtype);
+// The dtype `op` (an interned op name, lowering/ir/node.h) computes in on
+// the CPU when its input has `dtype`; nullopt when the CPU kernel takes
+// `dtype` itself. Asked for every op replayed on ATen: an integer lookup.
+std::optional<at::ScalarType> widened_dtype(uint32_t op, at::ScalarType dtype);
 
 }  // namespace disc
