@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "lowering/ir/parse.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 
 namespace disc::tools {
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/dist/groups.h"
-#include "lazy_backend/metrics.h"
 #include "runtime/options.h"
 
 namespace disc::dist {

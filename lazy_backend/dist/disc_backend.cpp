@@ -5,10 +5,10 @@
 
 #include <mutex>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/dist/collective_ops.h"
 #include "lazy_backend/dist/collectives.h"
 #include "lazy_backend/dist/groups.h"
-#include "lazy_backend/metrics.h"
 #include "lazy_backend/sync/sync.h"
 
 namespace disc::dist {

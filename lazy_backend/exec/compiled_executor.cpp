@@ -18,17 +18,17 @@
 #include <mutex>
 #include <sstream>
 
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/base/profiler_range.h"
+#include "lazy_backend/cache/persistent_cache.h"
+#include "lazy_backend/device/host_cache.h"
 #include "lazy_backend/device/target.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/executor.h"
-#include "lazy_backend/exec/profiler_range.h"
 #include "lazy_backend/exec/gemm_merge_exec.h"
-#include "lazy_backend/exec/host_cache.h"
 #include "lazy_backend/exec/kernel_launch.h"
 #include "lazy_backend/exec/library_calls.h"
 #include "lazy_backend/exec/replay.h"
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/persistent_cache.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/codegen/fused_kernel.h"
 #include "runtime/components.h"

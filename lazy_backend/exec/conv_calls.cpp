@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <string>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/exec/replay.h"
-#include "lazy_backend/metrics.h"
 #include "runtime/components.h"
 #include "runtime/onednn_conv.h"
 #include "runtime/onednn_gemm.h"

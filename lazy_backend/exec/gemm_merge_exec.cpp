@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "lazy_backend/metrics.h"
+#include "lazy_backend/base/metrics.h"
 
 namespace disc {
 

@@ -14,10 +14,10 @@
 #include <map>
 #include <string>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/prepack.h"
 #include "lazy_backend/exec/replay.h"
-#include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "runtime/components.h"
 #include "runtime/onednn_gemm.h"

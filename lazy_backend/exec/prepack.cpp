@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "lazy_backend/metrics.h"
+#include "lazy_backend/base/metrics.h"
 #include "runtime/options.h"
 
 namespace disc {

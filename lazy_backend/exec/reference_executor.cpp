@@ -10,9 +10,9 @@
 #include <mutex>
 #include <string>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/exec/executor.h"
 #include "lazy_backend/exec/replay.h"
-#include "lazy_backend/metrics.h"
 #include "runtime/options.h"
 
 namespace disc {

@@ -6,9 +6,9 @@
 #include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/device/target.h"
 #include "lazy_backend/exec/widened_dtypes.h"
-#include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/ops.h"

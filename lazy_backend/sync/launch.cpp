@@ -8,10 +8,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "lazy_backend/exec/profiler_range.h"
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/failures.h"
-#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/base/failures.h"
+#include "lazy_backend/base/graph_worker.h"
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/base/profiler_range.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/ir/hash.h"

@@ -1,8 +1,8 @@
 #include "lazy_backend/sync/pending.h"
 
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/compile_cache.h"
-#include "lazy_backend/sync/failures.h"
+#include "lazy_backend/base/failures.h"
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/sync/compile.h"
 #include "lazy_backend/trace/node_builder.h"
 
 namespace disc {
@@ -48,7 +48,7 @@ ir::Graph build_and_hash(const std::vector<ir::Value>& roots,
 std::shared_ptr<Executable> lookup_or_compile(const ir::Graph& g) {
   metrics::ScopedTimer t(metrics::counters().compile_ns);
   bool hit = false;
-  std::shared_ptr<Executable> exe = compile_cache().get_or_compile(g, active_executor(), &hit);
+  std::shared_ptr<Executable> exe = executable_for(g, active_executor(), &hit);
   (hit ? metrics::counters().cache_hits : metrics::counters().cache_misses)++;
   return exe;
 }

@@ -9,11 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "lazy_backend/exec/profiler_range.h"
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/compile_cache.h"
-#include "lazy_backend/sync/failures.h"
-#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/base/failures.h"
+#include "lazy_backend/base/graph_worker.h"
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/base/profiler_range.h"
+#include "lazy_backend/base/python_location.h"
+#include "lazy_backend/cache/compile_cache.h"
 #include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/pending.h"
 #include "lowering/ir/hash.h"
@@ -26,11 +27,6 @@ namespace {
 std::vector<std::function<void()>>& after_sync() {  // trace_mutex()
   static std::vector<std::function<void()>> hooks;
   return hooks;
-}
-
-std::function<std::string()>& location_provider() {
-  static std::function<std::string()> f;
-  return f;
 }
 
 bool debug_sync() { return options::flag(options::Id::kDebugSync); }
@@ -110,14 +106,6 @@ void sync(const std::string& cause, Owed owed) {
 void after_next_sync(std::function<void()> f) {
   TraceLock lock;
   after_sync().push_back(std::move(f));
-}
-
-void set_python_location_provider(std::function<std::string()> provider) {
-  location_provider() = std::move(provider);
-}
-
-std::string python_location() {
-  return location_provider() ? location_provider()() : "";
 }
 
 void wait() {

@@ -31,11 +31,6 @@ void after_next_sync(std::function<void()> f);
 // thread, if any.
 void wait();
 
-// Set by the Python bindings: returns "file:line (function)" of the user code
-// running now, or "" when called outside Python.
-void set_python_location_provider(std::function<std::string()> provider);
-std::string python_location();
-
 // Drops compiled graphs (tests, and after changing DISC_* settings).
 void clear_compile_cache();
 size_t compile_cache_size();

@@ -6,15 +6,15 @@
 #include <optional>
 #include <unordered_map>
 
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/base/python_location.h"
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/device/target.h"
-#include "lazy_backend/metrics.h"
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/shape_cache.h"
 #include "lazy_backend/trace/shape_rules.h"
-#include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/ops.h"
 

@@ -9,9 +9,10 @@
 #include <atomic>
 #include <map>
 
-#include "lazy_backend/device/allocator.h"
-#include "lazy_backend/sync/failures.h"
-#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/base/failures.h"
+#include "lazy_backend/base/graph_worker.h"
+#include "lazy_backend/device/memory_stats.h"
+#include "lazy_backend/trace/allocator.h"
 #include "lazy_backend/trace/node_builder.h"
 #include "lazy_backend/trace/tensor_data.h"
 

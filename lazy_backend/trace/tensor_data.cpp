@@ -3,8 +3,8 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
 
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/base/graph_worker.h"
+#include "lazy_backend/base/metrics.h"
 
 namespace disc {
 
@@ -82,11 +82,9 @@ const at::Tensor* data_of(const ir::Node& n) {
 
 namespace {
 std::atomic<void (*)()> g_settle{nullptr};
-thread_local bool t_graph_worker = false;
 }  // namespace
 
 void set_future_settler(void (*settle)()) { g_settle = settle; }
-void mark_graph_worker_thread() { t_graph_worker = true; }
 
 const at::Tensor& TensorData::get() {
   wait_resolved();
@@ -96,7 +94,7 @@ const at::Tensor& TensorData::get() {
 
 void TensorData::wait_resolved() {
   if (state() == kReady) return;
-  TORCH_INTERNAL_ASSERT(!t_graph_worker || resolved(),
+  TORCH_INTERNAL_ASSERT(!on_graph_worker() || resolved(),
                         "disc: a graph started before one of its inputs was computed");
   wait_delivered();
   if (state() == kOrphaned) {

@@ -81,8 +81,4 @@ const at::Tensor* data_of(const ir::Node& n);
 // Set by the sync: waits for the graphs in flight and recovers those that
 // failed, so that every future leaf is resolved afterwards.
 void set_future_settler(void (*settle)());
-// Marks the calling thread as the graph worker, which must never wait for a
-// future leaf (its inputs are resolved before it starts a graph).
-void mark_graph_worker_thread();
-
 }  // namespace disc

@@ -21,7 +21,6 @@
 #include <tuple>
 
 #include "lowering/passes/passes.h"
-#include "lowering/pipeline.h"
 #include "runtime/options.h"
 
 namespace disc::lowering {

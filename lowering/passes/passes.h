@@ -1,4 +1,4 @@
-// The compiler's passes, in pipeline order (see lowering/pipeline.cpp).
+// The compiler's passes, in pipeline order (see lowering/passes/pipeline.cpp).
 // Each lives in its own file with a test of the same name in tests/cpp.
 #pragma once
 #include "lowering/program.h"

@@ -1,6 +1,6 @@
 """``torch.disc.amp``: automatic mixed precision on disc, where PyTorch's
 device modules keep it (``torch.cuda.amp``). The op policy is the CPU's
-(lazy_backend/device/autocast.cpp); the lower-precision dtype defaults to
+(lazy_backend/accelerator/autocast.cpp); the lower-precision dtype defaults to
 bfloat16, as on the CPU::
 
     >>> with torch.disc.amp.autocast():            # or torch.autocast("disc")

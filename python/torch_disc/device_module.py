@@ -101,7 +101,7 @@ class device:
         return False
 
 
-# Streams and events (lazy_backend/device/events.h): every disc stream names
+# Streams and events (lazy_backend/accelerator/events.h): every disc stream names
 # the one order in which graphs run, so nothing is ever reordered and
 # waiting on another stream has nothing to wait for. Recording an event ends
 # the current graph (a sync, cause "event"); the event completes when that
@@ -174,7 +174,7 @@ def stream(stream) -> StreamContext:
 
 
 # Memory statistics: PyTorch's accelerator allocator interface, kept by
-# disc's allocator (lazy_backend/device/allocator.h). A storage counts from
+# disc's allocator (lazy_backend/trace/allocator.h). A storage counts from
 # the moment its value exists as data (copied in, or handed to the graph
 # worker by the sync that computes it) until it is freed; a tensor that is
 # only traced holds nothing. "Reserved" adds the idle blocks of the

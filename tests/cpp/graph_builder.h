@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "lowering/ir/graph.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 #include "lowering/program.h"
 
 namespace disc::testing {

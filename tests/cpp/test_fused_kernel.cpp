@@ -10,7 +10,7 @@
 
 #include "graph_builder.h"
 #include "lowering/codegen/fused_kernel.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 #include "runtime/mlir_jit.h"
 
 using namespace disc;

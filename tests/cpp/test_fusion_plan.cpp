@@ -4,7 +4,7 @@
 
 #include "graph_builder.h"
 #include "lowering/passes/passes.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 
 using namespace disc;
 using namespace disc::lowering;

@@ -7,7 +7,7 @@
 
 #include "graph_builder.h"
 #include "lowering/passes/passes.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 #include "runtime/options.h"
 
 using namespace disc;

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "graph_builder.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 #include "runtime/options.h"
 
 using namespace disc;

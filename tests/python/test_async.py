@@ -1,4 +1,4 @@
-"""Graphs run on the graph worker (lazy_backend/sync/graph_worker.h).
+"""Graphs run on the graph worker (lazy_backend/base/graph_worker.h).
 
 A sync hands its graph to the worker and returns; every pending tensor's
 value becomes a future that a read waits for, delivered as soon as it is

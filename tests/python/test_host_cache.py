@@ -1,4 +1,4 @@
-"""The compiled executor's host buffer cache (lazy_backend/exec/host_cache.h):
+"""The compiled executor's host buffer cache (lazy_backend/device/host_cache.h):
 a training step's large buffers come from blocks freed by the step before,
 user CPU tensors never do, and the cache can be emptied and turned off."""
 import os

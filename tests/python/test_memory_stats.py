@@ -1,4 +1,4 @@
-"""disc's allocator statistics (lazy_backend/device/allocator.h) through
+"""disc's allocator statistics (lazy_backend/trace/allocator.h) through
 PyTorch's accelerator interface and torch.disc: a storage holds its bytes
 from when its value first exists as data until it is freed; traced-only
 tensors hold nothing; peaks stay until reset; empty_cache returns the host

@@ -1,4 +1,4 @@
-"""Streams and events on disc (lazy_backend/device/events.h): one execution
+"""Streams and events on disc (lazy_backend/accelerator/events.h): one execution
 order behind every stream; an event ends the current graph and completes
 when it has run; timed events measure graph execution, not tracing."""
 import time

@@ -5,12 +5,12 @@
 #include <ATen/EmptyTensor.h>
 #include <torch/library.h>
 
-#include "lazy_backend/device/allocator.h"
+#include "lazy_backend/base/graph_worker.h"
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/device/target.h"
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/graph_worker.h"
 #include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/sync.h"
+#include "lazy_backend/trace/allocator.h"
 #include "lazy_backend/trace/capture.h"
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lazy_backend/trace/node_builder.h"

@@ -1,4 +1,4 @@
-#include "lazy_backend/device/events.h"
+#include "lazy_backend/accelerator/events.h"
 
 #include <c10/util/Exception.h>
 
@@ -7,7 +7,7 @@
 #include <memory>
 #include <mutex>
 
-#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/base/graph_worker.h"
 #include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/lazy_storage.h"

@@ -1,4 +1,4 @@
-#include "lazy_backend/sync/graph_worker.h"
+#include "lazy_backend/base/graph_worker.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
@@ -12,12 +12,13 @@
 #include <mutex>
 #include <thread>
 
-#include "lazy_backend/trace/tensor_data.h"
 #include "runtime/options.h"
 
 namespace disc {
 
 namespace {
+
+thread_local bool t_on_graph_worker = false;
 
 class Worker {
  public:
@@ -73,7 +74,7 @@ class Worker {
   }
 
   void loop() {
-    mark_graph_worker_thread();
+    t_on_graph_worker = true;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       if (queue_.empty()) {
@@ -183,5 +184,7 @@ void check_interrupt() {
 }
 void wait_for_room() { worker().wait_for_room(); }
 bool worker_busy() { return worker().busy(); }
+
+bool on_graph_worker() { return t_on_graph_worker; }
 
 }  // namespace disc

@@ -1,4 +1,4 @@
-#include "lazy_backend/sync/compile_cache.h"
+#include "lazy_backend/sync/compile.h"
 
 #include <c10/util/Exception.h>
 
@@ -7,12 +7,14 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 
-#include "lazy_backend/exec/profiler_range.h"
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/persistent_cache.h"
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/base/profiler_range.h"
+#include "lazy_backend/cache/compile_cache.h"
+#include "lazy_backend/cache/persistent_cache.h"
 #include "lowering/ir/hash.h"
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 #include "runtime/options.h"
 
 namespace disc {
@@ -56,96 +58,46 @@ std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
   }
 }
 
+std::mutex& compile_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 }  // namespace
 
-std::shared_ptr<Executable> CompileCache::get_or_compile(const ir::Graph& graph,
-                                                         Executor& executor, bool* hit) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Entry>& bucket = entries_[graph.hash];
-  for (Entry& e : bucket) {
-    if (e.key.matches(graph)) {
-      *hit = true;
-      return e.executable;
-    }
-  }
+std::shared_ptr<Executable> executable_for(const ir::Graph& graph, Executor& executor, bool* hit) {
+  CompileCache& cache = compile_cache();
+  std::lock_guard<std::mutex> lock(compile_mutex());
+  *hit = true;
+  if (std::shared_ptr<Executable> cached = cache.find(graph)) return cached;
   ProfilerRange range([&] { return "disc::compile " + ir::hash_hex(graph.hash); });
   const auto start = std::chrono::steady_clock::now();
   std::optional<lowering::CompileResult> r = plan(graph);
   const uint64_t signature = r ? r->program.signature() : 0;
-  if (const Entry* same = same_plan(graph, signature)) {
+  if (std::shared_ptr<Executable> same = cache.find_same_plan(graph, signature)) {
     metrics::bump("cache_revalidated");
-    *hit = true;
-    bucket.push_back({GraphKey::of(graph), signature, same->executable});
-    return bucket.back().executable;
+    cache.insert(graph, signature, same, /*new_executable=*/false);
+    return same;
   }
+  const lowering::Program* program = r ? &r->program : nullptr;
   // Compiled by an earlier process: its kernels come from disk.
   *hit = graph_known(graph, signature);
   if (*hit) {
-    bucket.push_back({GraphKey::of(graph), signature,
-                      executor.compile(graph, r ? &r->program : nullptr)});
-    ++size_;
-    return bucket.back().executable;
+    std::shared_ptr<Executable> exe = executor.compile(graph, program);
+    cache.insert(graph, signature, exe, /*new_executable=*/true);
+    return exe;
   }
   if (r) count_plan(*r);
   CompileRecord record;
   record.hash = graph.hash;
   record.ops = graph.num_ops();
-  {
-    std::vector<const GraphKey*> cached;
-    for (const auto& [h, b] : entries_)
-      for (const Entry& e : b) cached.push_back(&e.key);
-    record.reason = explain_miss(graph, cached);
-  }
-  Entry e{GraphKey::of(graph), signature, executor.compile(graph, r ? &r->program : nullptr)};
+  record.reason = cache.explain_miss(graph);
+  std::shared_ptr<Executable> exe = executor.compile(graph, program);
   record.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log_.push_back(std::move(record));
+  cache.log_compile(std::move(record));
   remember_graph(graph, signature);
-  ++size_;
-  bucket.push_back(std::move(e));
-  return bucket.back().executable;
-}
-
-const CompileCache::Entry* CompileCache::same_plan(const ir::Graph& graph,
-                                                   uint64_t signature) const {
-  for (const auto& [h, bucket] : entries_)
-    for (const Entry& e : bucket)
-      if (e.key.structure_hash == graph.structure_hash && e.plan_signature == signature &&
-          e.key.node_hashes.size() == graph.nodes.size())
-        return &e;
-  return nullptr;
-}
-
-void CompileCache::clear() {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.clear();
-  size_ = 0;
-}
-
-size_t CompileCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return size_;
-}
-
-std::vector<CompileRecord> CompileCache::log() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return log_;
-}
-
-void CompileCache::clear_log() {
-  std::lock_guard<std::mutex> lock(mu_);
-  log_.clear();
-}
-
-CompileRecord CompileCache::locate_last(const std::string& location) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (log_.empty()) return {};
-  log_.back().location = location;
-  return log_.back();
-}
-
-CompileCache& compile_cache() {
-  static CompileCache c;
-  return c;
+  cache.insert(graph, signature, exe, /*new_executable=*/true);
+  return exe;
 }
 
 }  // namespace disc

@@ -1,4 +1,4 @@
-#include "lazy_backend/metrics.h"
+#include "lazy_backend/base/metrics.h"
 
 #include <atomic>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "lazy_backend/sync/persistent_cache.h"
+#include "lazy_backend/cache/persistent_cache.h"
 
 #include <torch/headeronly/version.h>
 
@@ -7,7 +7,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "lazy_backend/metrics.h"
+#include "lazy_backend/base/metrics.h"
 #include "lowering/ir/hash.h"
 #include "runtime/disk_cache.h"
 #include "runtime/options.h"

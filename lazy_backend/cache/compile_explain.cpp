@@ -1,4 +1,4 @@
-#include "lazy_backend/sync/compile_explain.h"
+#include "lazy_backend/cache/compile_explain.h"
 
 #include <iomanip>
 #include <sstream>

@@ -4,12 +4,12 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include "lazy_backend/device/allocator.h"
+#include "lazy_backend/accelerator/events.h"
+#include "lazy_backend/accelerator/pinned_memory.h"
 #include "lazy_backend/device/device_index.h"
-#include "lazy_backend/device/events.h"
-#include "lazy_backend/device/pinned_memory.h"
+#include "lazy_backend/device/host_cache.h"
 #include "lazy_backend/device/rng.h"
-#include "lazy_backend/exec/host_cache.h"
+#include "lazy_backend/trace/allocator.h"
 #include "lazy_backend/trace/lazy_storage.h"
 
 namespace disc {

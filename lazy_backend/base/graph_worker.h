@@ -77,6 +77,10 @@ void wait_interruptibly(std::condition_variable& cv, std::unique_lock<std::mutex
 // Whether the worker is running work now.
 bool worker_busy();
 
+// Whether the calling thread is the graph worker, which must never wait for
+// a future leaf (its inputs are resolved before it starts a graph).
+bool on_graph_worker();
+
 // Polls `done` for up to `us` microseconds, pausing between looks (a pause
 // keeps the core awake without hogging the pipeline; a yield where there is
 // no such instruction). Returns done().

@@ -1,4 +1,4 @@
-#include "lazy_backend/device/pinned_memory.h"
+#include "lazy_backend/accelerator/pinned_memory.h"
 
 #include <c10/core/impl/alloc_cpu.h>
 

@@ -1,5 +1,5 @@
 // The pipeline, in order. Each line: the pass, and why it runs there.
-#include "lowering/pipeline.h"
+#include "lowering/passes/pipeline.h"
 
 #include <algorithm>
 #include <fstream>

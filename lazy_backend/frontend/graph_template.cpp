@@ -1,4 +1,4 @@
-#include "lazy_backend/sync/graph_template.h"
+#include "lazy_backend/frontend/graph_template.h"
 
 #include <c10/util/Exception.h>
 
@@ -6,10 +6,11 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "lazy_backend/base/metrics.h"
+#include "lazy_backend/base/python_location.h"
+#include "lazy_backend/cache/compile_cache.h"
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/device/target.h"
-#include "lazy_backend/metrics.h"
-#include "lazy_backend/sync/compile_cache.h"
 #include "lazy_backend/sync/pending.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/lazy_storage.h"

@@ -1,4 +1,4 @@
-#include "lazy_backend/exec/host_cache.h"
+#include "lazy_backend/device/host_cache.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "lazy_backend/metrics.h"
+#include "lazy_backend/base/metrics.h"
 #include "runtime/options.h"
 
 namespace disc {

@@ -1,4 +1,4 @@
-#include "lazy_backend/sync/failures.h"
+#include "lazy_backend/base/failures.h"
 
 #include <atomic>
 #include <mutex>

@@ -1,4 +1,4 @@
-// The compiler pipeline: one ordered list of passes (lowering/pipeline.cpp).
+// The compiler pipeline: one ordered list of passes (lowering/passes/pipeline.cpp).
 #pragma once
 #include <chrono>
 #include <string>

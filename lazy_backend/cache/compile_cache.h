@@ -3,8 +3,8 @@
 // sequence length with the same pattern. A new pattern of a known structure
 // (a sequence length that happens to equal a model dim) is planned again,
 // which takes a millisecond; when the plan comes out the same, the cached
-// executable is reused ("revalidated") instead of compiled. Each compile is
-// explained and logged.
+// executable serves it too ("revalidated"). The cache only finds and keeps:
+// the sync's compile step (sync/compile.h) plans, compiles and explains.
 #pragma once
 #include <memory>
 #include <mutex>
@@ -12,10 +12,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "lazy_backend/exec/executor.h"
-#include "lazy_backend/sync/compile_explain.h"
+#include "lazy_backend/cache/compile_explain.h"
+#include "lowering/ir/graph.h"
 
 namespace disc {
+
+class Executable;  // exec/executor.h: the cache holds them, never runs them
 
 // One compile: what it compiled and why the cache missed.
 struct CompileRecord {
@@ -28,10 +30,21 @@ struct CompileRecord {
 
 class CompileCache {
  public:
-  // Returns the executable for `graph`'s structure, compiling on a miss.
-  // `hit` tells which happened. Shared: a graph in flight keeps its
-  // executable alive through clear().
-  std::shared_ptr<Executable> get_or_compile(const ir::Graph& graph, Executor& executor, bool* hit);
+  // The executable compiled for `graph`'s structure and size pattern, or
+  // null. Shared: a graph in flight keeps its executable alive through
+  // clear().
+  std::shared_ptr<Executable> find(const ir::Graph& graph) const;
+  // An executable of the same structure whose plan is `signature`: it serves
+  // `graph` too (see Program::signature). Null when there is none.
+  std::shared_ptr<Executable> find_same_plan(const ir::Graph& graph, uint64_t signature) const;
+  // Keeps `executable` for `graph`'s key; `signature` is its plan's (0 when
+  // the pipeline failed). `new_executable` is false when it is one the
+  // cache holds already (revalidated), which size() does not count again.
+  void insert(const ir::Graph& graph, uint64_t signature, std::shared_ptr<Executable> executable,
+              bool new_executable);
+  // Why `graph` missed, measured against every cached key (explain_miss).
+  std::string explain_miss(const ir::Graph& graph) const;
+  void log_compile(CompileRecord record);
   void clear();
   size_t size() const;
   // Every compile since the last clear_log(), oldest first.
@@ -47,9 +60,6 @@ class CompileCache {
     uint64_t plan_signature;  // 0 when the pipeline failed
     std::shared_ptr<Executable> executable;
   };
-  // An entry of the same structure whose plan is `signature`: its
-  // executable serves `graph` too (see Program::signature).
-  const Entry* same_plan(const ir::Graph& graph, uint64_t signature) const;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::vector<Entry>> entries_;  // by hash; a vector for collisions
   size_t size_ = 0;

@@ -19,7 +19,4 @@ namespace disc {
 
 c10::DeviceAllocator* disc_allocator();
 
-// Called by LazyStorage: a storage's bytes begin (+) or stop (-) to count.
-void count_held_bytes(size_t nbytes, bool held);
-
 }  // namespace disc

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <set>
 
-#include "lazy_backend/metrics.h"
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/sync/launch.h"
 #include "lazy_backend/sync/sync.h"
 #include "lazy_backend/trace/capture.h"
