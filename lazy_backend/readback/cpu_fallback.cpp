@@ -16,17 +16,6 @@
 
 namespace disc {
 
-bool is_denied(const std::string& op_name) {
-  // Output shapes that depend on values, and ops that read values on the host.
-  static const std::set<std::string> denied = {
-      "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique",
-      "aten::_unique2", "aten::unique_consecutive", "aten::bincount", "aten::repeat_interleave",
-      "aten::_local_scalar_dense", "aten::item", "aten::equal", "aten::is_nonzero",
-      "aten::allclose", "aten::_assert_async",
-  };
-  return denied.count(op_name) > 0;
-}
-
 namespace {
 // One warning per op and process: visible, but not a flood in a training loop.
 void warn_once(const std::string& name, const std::string& reason) {

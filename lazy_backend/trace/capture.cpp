@@ -10,6 +10,7 @@
 #include "lazy_backend/base/python_location.h"
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/device/target.h"
+#include "lazy_backend/trace/aten_ops.h"
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lazy_backend/trace/node_builder.h"
@@ -76,7 +77,7 @@ ir::Value value_of(const at::Tensor& t) {
 
 // Why the schema alone makes an op unrecordable, or nullopt.
 std::optional<std::string> unrecordable_schema(const c10::FunctionSchema& schema) {
-  if (is_denied(schema.operator_name().name)) return "data-dependent or host op";
+  if (const char* why = aten_ops::host_only(schema.operator_name().name)) return std::string(why);
   for (const auto& r : schema.returns()) {
     const auto* alias = r.alias_info();
     if (alias && !alias->isWrite()) return "view op without a disc kernel";
@@ -125,7 +126,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   info.id = ir::intern_op(info.name);
   info.unrecordable = unrecordable_schema(schema);
   info.random = op.hasTag(at::Tag::nondeterministic_seeded);
-  info.arange = info.name.rfind("aten::arange", 0) == 0;
+  info.arange = aten_ops::scalars_are_sizes(info.name);
   info.may_fail = lowering::may_fail_on_data(info.id);
   info.conv = lowering::is_convolution(info.id);
   return info;
@@ -227,40 +228,6 @@ bool means_no_meta(const std::string& msg) {
          msg.find("DynamicOutputShape") != std::string::npos;
 }
 
-// oneDNN's LSTM workspace, whose size only oneDNN knows (Meta says 0): the
-// CPU kernel, run once per shape (the shape cache keeps the answer) on
-// zeros, tells. Its size depends on the shapes only.
-at::Tensor rnn_workspace(c10::ArrayRef<c10::IValue> args) {
-  torch::jit::Stack stack;
-  for (const c10::IValue& v : args)
-    stack.push_back(v.isTensor() && v.toTensor().defined()
-                        ? c10::IValue(at::zeros(v.toTensor().sizes(),
-                                                v.toTensor().options().device(c10::kCPU)))
-                        : v);
-  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mkldnn_rnn_layer", "");
-  op.callBoxed(&stack);
-  const at::Tensor& workspace = stack[3].toTensor();
-  if (!workspace.defined()) return {};  // none kept (train=False)
-  return at::empty(workspace.sizes(), workspace.options().device(c10::kMeta));
-}
-
-// Where an op's Meta kernel and its CPU kernel disagree, the CPU's shapes:
-// the graph runs the CPU kernel. Batch norm in eval saves no statistics
-// (CPU returns them empty; Meta says [C]); nonzero_static's indices are
-// row-major on CPU, column-major from Meta; oneDNN's LSTM workspace.
-void match_cpu_kernel(const std::string& name, c10::ArrayRef<c10::IValue> args, MetaResult& r) {
-  if (name == "aten::mkldnn_rnn_layer" && r.fresh.size() == 4)
-    r.fresh[3] = rnn_workspace(args);
-  if (name == "aten::nonzero_static" && r.fresh.size() == 1)
-    r.fresh[0] = at::empty(r.fresh[0].sizes(), r.fresh[0].options());
-  const bool eval_batch_norm =
-      name == "aten::_native_batch_norm_legit_no_training" ||
-      (name == "aten::_native_batch_norm_legit" && args.size() > 5 && args[5].isBool() &&
-       !args[5].toBool());
-  if (eval_batch_norm && r.fresh.size() == 3)
-    for (size_t k = 1; k < 3; ++k) r.fresh[k] = at::empty({0}, r.fresh[k].options());
-}
-
 // Output types from the op's Meta kernel; nullopt when it has none.
 std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std::string& name,
                                        c10::ArrayRef<c10::IValue> args) {
@@ -298,7 +265,7 @@ std::optional<MetaResult> infer_shapes(const c10::OperatorHandle& op, const std:
     }
     r.return_sizes.push_back(r.fresh.size() - before);
   }
-  match_cpu_kernel(name, args, r);
+  match_cpu_kernel(op, name, args, r);
   for (size_t i = 0; i < args.size(); ++i) {
     const auto* alias = schema.arguments()[i].alias_info();
     if (!alias || !alias->isWrite()) continue;

@@ -30,8 +30,4 @@ size_t register_structured_captures();
 // as recorded ops; t itself when it has neither bit.
 at::Tensor without_math_bits(const at::Tensor& t);
 
-// Ops that must not be recorded even though they could be: their output shape
-// depends on data, or they read values on the host.
-bool is_denied(const std::string& op_name);
-
 }  // namespace disc

@@ -20,6 +20,7 @@
 
 #include <memory>
 
+#include "lazy_backend/trace/aten_ops.h"
 #include "lazy_backend/trace/capture.h"
 
 namespace disc {
@@ -37,30 +38,6 @@ bool returns_alias(const c10::FunctionSchema& s) {
     if (r.alias_info() && !r.alias_info()->isWrite()) return true;
   return false;
 }
-
-// Recorded whole rather than through their composite decomposition.
-constexpr const char* kRecordedWhole[] = {
-    "convolution",           // else: convolution_overrideable (no CPU kernel)
-    "convolution_backward",  // else: convolution_backward_overrideable
-    "native_layer_norm",     // else: a batch_norm over a reshape (no stitch kernel)
-    // else: softmax, then isneginf / all / where over the whole input to zero
-    // fully masked rows (SDPA's math path, every attention layer): three
-    // more passes on ATen, where one stitch kernel does it all.
-    "_safe_softmax",
-    // else: mul.out with the scalar uploaded as a 0-dim tensor, a graph
-    // input of its own per call (SGD's momentum: one per parameter and step);
-    // recorded whole, the scalar is runtime data of the node.
-    "mul_.Scalar",
-    // else: _native_batch_norm_legit(training=False), whose schema writes
-    // the running statistics: each inference step would leave them pending
-    // (same values), and a compiled graph's frozen statistics would chain
-    // every trace onto the one before.
-    "_native_batch_norm_legit_no_training",
-    // else: offs copied to the CPU (a sync) and one mm per group, a new
-    // graph whenever the routing of a mixture-of-experts layer changes;
-    // recorded whole, offs is data of the one node.
-    "_grouped_mm",
-};
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
@@ -84,8 +61,8 @@ size_t register_structured_captures() {
   if (lib) return count;
   lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                          c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  for (const char* name : kRecordedWhole) {
-    lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
+  for (const std::string& name : aten_ops::recorded_whole()) {
+    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&capture_or_fallback>());
     ++count;
   }
   lib->impl("native_batch_norm", TORCH_FN(native_batch_norm));

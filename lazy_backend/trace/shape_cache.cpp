@@ -6,8 +6,8 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
+#include "lazy_backend/trace/aten_ops.h"
 #include "lazy_backend/trace/lazy_storage.h"
 #include "lowering/ir/hash.h"
 
@@ -104,40 +104,6 @@ bool add_value(ShapeKey& k, const c10::IValue& v, bool float_values) {
     return false;
   }
   return true;
-}
-
-// Ops whose output dims are always some of their input dims or SymInt
-// arguments: the condition for answering by size pattern (see the header).
-bool sizes_come_from_inputs(const std::string& name) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::embedding",
-      "aten::embedding_dense_backward", "aten::native_dropout", "aten::native_dropout_backward",
-      "aten::nll_loss_forward", "aten::nll_loss_backward", "aten::_to_copy", "aten::clone",
-      "aten::index_select", "aten::gelu", "aten::gelu_backward", "aten::tanh", "aten::tanh_backward",
-      "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_softmax",
-      "aten::_safe_softmax", "aten::_softmax_backward_data", "aten::_log_softmax", "aten::_log_softmax_backward_data",
-      "aten::masked_fill", "aten::where", "aten::sum", "aten::mean", "aten::amax",
-      "aten::linalg_vector_norm", "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::rsub",
-      "aten::add_", "aten::sub_", "aten::mul_", "aten::div_", "aten::neg", "aten::exp",
-      "aten::log", "aten::sqrt", "aten::rsqrt", "aten::relu", "aten::sigmoid", "aten::pow",
-      "aten::threshold_backward", "aten::sigmoid_backward", "aten::eq", "aten::ne", "aten::lt",
-      "aten::gt", "aten::le", "aten::ge", "aten::copy_", "aten::fill_", "aten::zero_",
-      "aten::zeros", "aten::ones", "aten::full", "aten::empty", "aten::new_zeros",
-      "aten::new_ones", "aten::new_full", "aten::new_empty", "aten::zeros_like",
-      "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::addcmul",
-      "aten::addcmul_", "aten::addcdiv", "aten::addcdiv_", "aten::lerp", "aten::lerp_",
-      "aten::maximum", "aten::minimum", "aten::clamp", "aten::clamp_min", "aten::abs",
-      "aten::silu", "aten::silu_backward", "aten::logical_not", "aten::bitwise_not",
-      "aten::select_backward", "aten::slice_backward", "aten::_native_batch_norm_legit",
-      "aten::_native_batch_norm_legit_no_training",
-      "aten::native_batch_norm_backward", "aten::all", "aten::any", "aten::isneginf",
-      "aten::isposinf", "aten::isnan", "aten::max", "aten::argmax", "aten::softmax",
-      "aten::log_softmax", "aten::_scaled_dot_product_flash_attention_for_cpu",
-      "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "aten::masked_fill_",
-      "aten::bitwise_and", "aten::bitwise_or", "aten::logical_and", "aten::logical_or",
-  };
-  // Every _foreach_ op maps each list element to a tensor of its own shape.
-  return name.rfind("aten::_foreach_", 0) == 0 || ops.count(name) > 0;
 }
 
 bool is_symint(const c10::Argument& arg) {
@@ -273,7 +239,7 @@ std::vector<int64_t> decode(const std::vector<DimCode>& dims, const std::vector<
 std::optional<SymbolicKey> symbolic_key(const c10::OperatorHandle& op,
                                         c10::ArrayRef<c10::IValue> args) {
   const c10::FunctionSchema& schema = op.schema();
-  if (!sizes_come_from_inputs(schema.name())) return std::nullopt;
+  if (!aten_ops::sizes_from_inputs(schema.name())) return std::nullopt;
   SymbolicKey k;
   k.key.reserve(48);
   k.key.push_back(reinterpret_cast<int64_t>(&schema));

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <functional>
 #include <unordered_map>
 
 namespace disc {
@@ -124,36 +123,87 @@ MetaResult grouped_mm(c10::ArrayRef<c10::IValue> args) {
   return returning({at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype).device(c10::kMeta))});
 }
 
-using Rule = std::function<MetaResult(c10::ArrayRef<c10::IValue>)>;
+MetaResult like_argument_0(c10::ArrayRef<c10::IValue> args) { return like_argument(args, 0); }
+// (grad_output, self, ...) -> grad_self; (grad, log_probs, ...) -> grad_log_probs
+MetaResult like_argument_1(c10::ArrayRef<c10::IValue> args) { return like_argument(args, 1); }
 
-const std::unordered_map<std::string, Rule>& rules() {
-  static const std::unordered_map<std::string, Rule> table = {
-      {"aten::_cummax_helper", cumulative_helper},
-      {"aten::_cummin_helper", cumulative_helper},
-      {"aten::_logcumsumexp", [](auto args) { return like_argument(args, 0); }},
-      {"aten::geqrf", geqrf},
-      {"aten::_grouped_mm", grouped_mm},
-      {"aten::histogram.bin_ct", histogram},
-      {"aten::histogram.bins_tensor", histogram_by_edges},
-      {"aten::_histogramdd_bin_edges", histogramdd_bin_edges},
-      {"aten::_histogramdd_from_bin_tensors", histogramdd_counts_by_edges},
-      {"aten::_histogramdd_from_bin_cts", histogramdd_counts},
-      // (grad_output, self, ...) -> grad_self
-      {"aten::multi_margin_loss_backward", [](auto args) { return like_argument(args, 1); }},
-      {"aten::multilabel_margin_loss_backward", [](auto args) { return like_argument(args, 1); }},
-      // (grad, log_probs, ...) -> grad_log_probs
-      {"aten::_ctc_loss_backward", [](auto args) { return like_argument(args, 1); }},
-      {"aten::_ctc_loss_backward.Tensor", [](auto args) { return like_argument(args, 1); }},
-  };
-  return table;
+// oneDNN's LSTM workspace, whose size only oneDNN knows (Meta says 0): the
+// CPU kernel, run once per shape (the shape cache keeps the answer) on
+// zeros, tells. Its size depends on the shapes only.
+void rnn_workspace_from_cpu(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                            MetaResult& r) {
+  if (r.fresh.size() != 4) return;
+  torch::jit::Stack stack;
+  for (const c10::IValue& v : args)
+    stack.push_back(v.isTensor() && v.toTensor().defined()
+                        ? c10::IValue(at::zeros(v.toTensor().sizes(),
+                                                v.toTensor().options().device(c10::kCPU)))
+                        : v);
+  op.callBoxed(&stack);
+  const at::Tensor& workspace = stack[3].toTensor();
+  r.fresh[3] = workspace.defined()  // none kept with train=False
+                   ? at::empty(workspace.sizes(), workspace.options().device(c10::kMeta))
+                   : at::Tensor();
+}
+
+// nonzero_static's indices: row-major on CPU, column-major from Meta.
+void row_major(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue>, MetaResult& r) {
+  if (r.fresh.size() == 1) r.fresh[0] = at::empty(r.fresh[0].sizes(), r.fresh[0].options());
+}
+
+// Batch norm in eval saves no statistics: CPU returns them empty, Meta [C].
+void no_saved_statistics(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue>, MetaResult& r) {
+  if (r.fresh.size() == 3)
+    for (size_t k = 1; k < 3; ++k) r.fresh[k] = at::empty({0}, r.fresh[k].options());
+}
+
+// _native_batch_norm_legit(input, weight, bias, running_mean, running_var,
+// training, ...): the same when training is false.
+void no_saved_statistics_in_eval(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                                 MetaResult& r) {
+  if (args.size() > 5 && args[5].isBool() && !args[5].toBool()) no_saved_statistics(op, args, r);
+}
+
+using Rule = MetaResult (*)(c10::ArrayRef<c10::IValue>);
+using Fix = void (*)(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue>, MetaResult&);
+
+// aten_ops.def's shapes column: the rows with a rule or a fix.
+struct Shapes {
+  Rule rule = nullptr;
+  Fix fix = nullptr;
+};
+constexpr Shapes META{};
+constexpr Shapes RULE(Rule f) { return {f, nullptr}; }
+constexpr Shapes META_THEN(Fix f) { return {nullptr, f}; }
+
+const std::unordered_map<std::string, Shapes>& shapes_table() {
+  static const auto* rows = [] {
+    auto* m = new std::unordered_map<std::string, Shapes>;
+#define ATEN_OP(name, sizes, shapes, capture, host) \
+  if (Shapes s = shapes; s.rule || s.fix) m->emplace(name, s);
+#include "lazy_backend/trace/aten_ops.def"
+    return m;
+  }();
+  return *rows;
+}
+
+const Shapes* shapes_of(const std::string& name) {
+  auto it = shapes_table().find(name);
+  return it == shapes_table().end() ? nullptr : &it->second;
 }
 
 }  // namespace
 
 std::optional<MetaResult> shapes_by_rule(const std::string& name, c10::ArrayRef<c10::IValue> args) {
-  auto it = rules().find(name);
-  if (it == rules().end()) return std::nullopt;
-  return it->second(args);
+  const Shapes* s = shapes_of(name);
+  if (!s || !s->rule) return std::nullopt;
+  return s->rule(args);
+}
+
+void match_cpu_kernel(const c10::OperatorHandle& op, const std::string& name,
+                      c10::ArrayRef<c10::IValue> args, MetaResult& r) {
+  const Shapes* s = shapes_of(name);
+  if (s && s->fix) s->fix(op, args, r);
 }
 
 }  // namespace disc
