@@ -149,7 +149,7 @@ def scaled(meta, rows, n):
 
 
 def launch_shape(meta, rows, n, sms):
-    """(grid, block) as lowering/codegen/cuda_launch.h picks them (its
+    """(grid, block) as lowering/codegen/cuda/launch.h picks them (its
     rules, kept in step by hand; sizes here are [rows, n])."""
     if meta["kind"] == "loop":
         return (max(1, min((rows * n + 255) // 256, sms * 8)),), 256

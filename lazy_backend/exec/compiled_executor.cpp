@@ -30,7 +30,7 @@
 #include "lazy_backend/exec/library_calls.h"
 #include "lazy_backend/exec/replay.h"
 #include "lazy_backend/trace/tensor_data.h"
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
 #include "runtime/components.h"
 #include "runtime/mlir_jit.h"
 #include "runtime/options.h"

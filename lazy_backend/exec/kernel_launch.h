@@ -1,4 +1,4 @@
-// Launches a generated kernel (lowering/codegen/fused_kernel.h) on ATen
+// Launches a generated kernel (lowering/codegen/cpu/fused_kernel.h) on ATen
 // tensors: sizes, broadcast strides and runtime scalars of *this* graph are
 // its arguments, dim 0 is split across ATen's thread pool.
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
 #include "runtime/mlir_jit.h"
 
 namespace disc {

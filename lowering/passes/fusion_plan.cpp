@@ -17,7 +17,7 @@
 #include <optional>
 #include <set>
 
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/passes/passes.h"
 
 namespace disc::lowering {

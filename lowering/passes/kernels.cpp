@@ -10,7 +10,7 @@
 // tanh, which the generated kernel computes at the host's full vector
 // width (ATen's CPU build dispatches AVX2 at most on some CPUs). A group the codegen declines is listed with its reason
 // (counted as codegen.declined, printed by DISC_DEBUG_COMPILE).
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/passes/passes.h"
 
 namespace disc::lowering {

@@ -13,8 +13,8 @@
 
 #include "cuda_sweep.h"
 #include "graph_builder.h"
-#include "lowering/codegen/cuda_kernels.h"
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/cuda/kernels.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
 #include "runtime/mlir_jit.h"
 
 namespace disc::testing {

@@ -1,4 +1,4 @@
-// The CUDA target's kernels (lowering/codegen/cuda_kernels.cpp) and NVRTC
+// The CUDA target's kernels (lowering/codegen/cuda/kernels.cpp) and NVRTC
 // (runtime/nvrtc.cpp), without a GPU: a sweep of groups -- every
 // element-wise op the codegen emits, broadcast inputs, runtime scalars,
 // bf16 and bool tensors, row and column reductions, softmax and layer norm
@@ -13,8 +13,8 @@
 
 #include "cuda_sweep.h"
 #include "graph_builder.h"
-#include "lowering/codegen/cuda_kernels.h"
-#include "lowering/codegen/cuda_launch.h"
+#include "lowering/codegen/cuda/kernels.h"
+#include "lowering/codegen/cuda/launch.h"
 #include "runtime/nvrtc.h"
 
 using namespace disc;

@@ -26,7 +26,7 @@
 #include <map>
 
 #include "cuda_sweep_trials.h"
-#include "lowering/codegen/cuda_launch.h"
+#include "lowering/codegen/cuda/launch.h"
 
 using namespace disc;
 using namespace disc::lowering;

@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "graph_builder.h"
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
 #include "lowering/passes/pipeline.h"
 #include "runtime/mlir_jit.h"
 

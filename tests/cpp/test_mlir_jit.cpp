@@ -4,7 +4,7 @@
 #include <cmath>
 #include <optional>
 
-#include "lowering/codegen/math_functions.h"
+#include "lowering/codegen/cpu/math_functions.h"
 #include "runtime/cpu_isa.h"
 #include "runtime/mlir_jit.h"
 

@@ -1,4 +1,4 @@
-"""Generated kInput / kStitch kernels (lowering/codegen/fused_kernel.cpp)
+"""Generated kInput / kStitch kernels (lowering/codegen/cpu/fused_kernel.cpp)
 against CPU eager, forward and backward, with pinned kernel counts.
 
 Softmax, log_softmax and layer norm are one generated kernel each, forward

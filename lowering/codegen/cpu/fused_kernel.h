@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/program.h"
 
 namespace disc::lowering {
@@ -35,18 +36,6 @@ struct FusedKernel : KernelInterface {
   std::string name;
   std::string mlir;
 };
-
-// What group `g`'s kernel reads and writes, or nullopt with `why` set when
-// the group has an op, dtype or dim the codegen does not handle (its ops
-// then run one by one). The kernels pass plans with it; no code is written.
-std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why);
-
-// Whether generated kernels take op's dtypes: f32 and bf16 outputs, and a
-// bf16 op's inputs bf16 too unless it is a cast (copy, _to_copy). A bf16 op
-// with an input of another dtype (a Python number, an f32 0-dim tensor)
-// stays ATen's, which rounds that input to bf16 first for some ops (add)
-// and not for others (mul, div).
-bool codegen_takes_dtypes(const Program& p, uint32_t op);
 
 // The kernel for group `g` (its interface as plan_fused_kernel gives it), or
 // nullopt with `why` set.

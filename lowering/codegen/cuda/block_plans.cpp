@@ -2,7 +2,7 @@
 // row for kInput / kStitch groups (reductions, softmax, layer norm and
 // their backward), and a thread per column for reductions over the
 // leading dims.
-#include "lowering/codegen/cuda_emitter.h"
+#include "lowering/codegen/cuda/emitter.h"
 #include "lowering/ops.h"
 
 namespace disc::lowering {
@@ -177,7 +177,7 @@ void CudaEmitter::layer_norm() {
 }
 
 // native_layer_norm_backward(dy, x, [n], mean, rstd, w?, b?, mask) with the
-// CPU kernel's formulas (row_plans.cpp): ds = sum(dy*w*x), db = sum(dy*w)
+// CPU kernel's formulas (cpu/row_plans.cpp): ds = sum(dy*w*x), db = sum(dy*w)
 // over the row, then dx = rstd*dy*w + b'*x + c' with
 // b' = (db*mean - ds) * rstd^3 / n and c' = -b'*mean - db*rstd / n; per
 // column dw += dy*(x - mean)*rstd and dbias += dy, into the block's row.

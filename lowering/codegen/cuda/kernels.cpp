@@ -1,11 +1,11 @@
-#include "lowering/codegen/cuda_kernels.h"
+#include "lowering/codegen/cuda/kernels.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-#include "lowering/codegen/cuda_emitter.h"
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/cuda/emitter.h"
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/ir/hash.h"
 #include "lowering/ops.h"
 

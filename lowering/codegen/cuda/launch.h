@@ -1,4 +1,4 @@
-// The launch shape of a CUDA kernel (cuda_kernels.h) for the sizes of one
+// The launch shape of a CUDA kernel (kernels.h) for the sizes of one
 // run, chosen on the host at each launch: one compiled kernel serves every
 // sequence length and batch size, each launched to fill the GPU. Any shape
 // gives the same results (the kernels are grid-strided); this one is meant
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "lowering/codegen/cuda_kernels.h"
+#include "lowering/codegen/cuda/kernels.h"
 
 namespace disc::lowering {
 

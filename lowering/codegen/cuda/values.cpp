@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "lowering/codegen/cuda_emitter.h"
+#include "lowering/codegen/cuda/emitter.h"
 #include "lowering/ops.h"
 
 namespace disc::lowering {

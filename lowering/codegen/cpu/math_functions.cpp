@@ -8,7 +8,7 @@
 // the choice of clamp bounds, not by selects after the fact (they were a
 // sixth of softmax's instructions). Targets without FMA get fmaf calls
 // (slow, exact).
-#include "lowering/codegen/math_functions.h"
+#include "lowering/codegen/cpu/math_functions.h"
 #include "runtime/cpu_isa.h"
 
 #include <cstdlib>

@@ -1,8 +1,8 @@
-// The emitter behind emit_cuda_kernel (cuda_kernels.h), shared by the
-// files that write one CUDA kernel: its values (cuda_values.cpp: loads,
+// The emitter behind emit_cuda_kernel (kernels.h), shared by the
+// files that write one CUDA kernel: its values (values.cpp: loads,
 // scalars, the ops' formulas, producers, stores) and its bodies
-// (cuda_row_plans.cpp: the grid-stride loop, a block per row, a thread per
-// column). Private to lowering/codegen: nothing outside this folder
+// (block_plans.cpp: the grid-stride loop, a block per row, a thread per
+// column). Private to lowering/codegen/cuda: nothing outside this folder
 // includes it.
 #pragma once
 #include <cstdint>

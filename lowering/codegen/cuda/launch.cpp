@@ -1,4 +1,4 @@
-#include "lowering/codegen/cuda_launch.h"
+#include "lowering/codegen/cuda/launch.h"
 
 #include <algorithm>
 

@@ -1,14 +1,19 @@
-// What a fusion group's kernel computes, decided before any MLIR is written:
-// its ops, inputs, outputs and their extents, and whether a row op reduces
-// the last dim (a row) or all leading dims (a column). A group the codegen
-// cannot handle is declined here, with the reason (see emit_fused_kernel).
-#include "lowering/codegen/kernel_emitter.h"
+#include "lowering/codegen/common/group_analysis.h"
 
 #include <algorithm>
 
 namespace disc::lowering {
 
-bool KernelEmitter::analyze(std::string* why) {
+GroupAnalysis::GroupAnalysis(const Program& p, uint32_t g)
+    : p_(p), group_(p.groups[g]), used_outside_(used_outside_groups(p)) {
+  loop_ = group_.kind == FusionKind::kLoop;
+  kernel_.group = g;
+  kernel_.kind = group_.kind;
+  for (uint32_t op : group_.ops) in_group_[op] = true;
+  if (!loop_) row_op_ = group_.ops.back();
+}
+
+bool GroupAnalysis::analyze(std::string* why) {
   if (loop_) {
     // The space a kLoop group iterates: its consumer-most op's output.
     kernel_.space = {group_.ops.back(), 0};
@@ -55,7 +60,7 @@ bool KernelEmitter::analyze(std::string* why) {
 // grad, a mean over batch and sequence), or over every dim but the first and
 // the last (first = 1: a mean over the sequence per batch entry): a column
 // reduction.
-bool KernelEmitter::reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const {
+bool GroupAnalysis::reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const {
   const bool has_dtype = row_ == Op::kSumDims || row_ == Op::kMeanDims;
   if ((!has_dtype && row_ != Op::kAmax) || R < 2) return false;
   const ir::Attr* dims = n.attr_operand(1);
@@ -74,7 +79,7 @@ bool KernelEmitter::reduces_dims_before_last(const ir::Node& n, uint32_t R, uint
 }
 
 // Checks the element-wise ops; collects inputs, outputs, runtime scalars.
-bool KernelEmitter::collect(std::string* why) {
+bool GroupAnalysis::collect(std::string* why) {
   for (uint32_t op : group_.ops) {
     const ir::Node& n = *p_.ops[op].node;
     if (loop_ || op != row_op_) {
@@ -89,7 +94,7 @@ bool KernelEmitter::collect(std::string* why) {
     for (const ir::GraphRef& r : p_.ops[op].inputs) {
       if (in_group_.count(r.node) || input_index_.count({r.node, r.index})) continue;
       const ir::TensorType& t = type_of(r);
-      if (!memref_elem(t.dtype)) return fail(why, op, "input dtype has no codegen");
+      if (!kernels_read(t.dtype)) return fail(why, op, "input dtype has no codegen");
       if (t.sizes.size() > kernel_.rank) return fail(why, op, "input of higher rank");
       input_index_[{r.node, r.index}] = kernel_.inputs.size();
       kernel_.inputs.push_back(r);
@@ -104,11 +109,11 @@ bool KernelEmitter::collect(std::string* why) {
   return true;
 }
 
-bool KernelEmitter::is_reduction() const {
+bool GroupAnalysis::is_reduction() const {
   return row_ == Op::kSumDims || row_ == Op::kMeanDims || row_ == Op::kAmax;
 }
 
-bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
+bool GroupAnalysis::last_dim_only(const ir::Node& n, uint32_t R) const {
   auto is_last = [&](int64_t d) { return d == -1 || d == static_cast<int64_t>(R) - 1; };
   if (is_reduction()) {
     const ir::Attr* dims = n.attr_operand(1);
@@ -133,6 +138,20 @@ bool KernelEmitter::last_dim_only(const ir::Node& n, uint32_t R) const {
   return true;
 }
 
+bool kernels_read(ir::DType t) {
+  switch (t) {
+    case ir::DType::kFloat32:
+    case ir::DType::kFloat64:
+    case ir::DType::kInt64:
+    case ir::DType::kInt32:
+    case ir::DType::kBFloat16:
+    case ir::DType::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   const ir::Node& n = *p.ops[op].node;
   bool bf16 = false;
@@ -146,6 +165,12 @@ bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   return std::all_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
     return p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kBFloat16;
   });
+}
+
+std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why) {
+  GroupAnalysis a(p, g);
+  if (!a.analyze(why)) return std::nullopt;
+  return a.interface();
 }
 
 }  // namespace disc::lowering

@@ -1,6 +1,7 @@
 // The emitter behind emit_fused_kernel (fused_kernel.h), shared by the files
-// that write one kernel: analysis, skeleton, loads and stores, row plans.
-// Private to lowering/codegen: nothing outside this folder includes it.
+// that write one kernel: skeleton, loads and stores, row plans. It writes
+// from the group's analysis (common/group_analysis.h), which it extends.
+// Private to lowering/codegen/cpu: nothing outside this folder includes it.
 #pragma once
 #include <functional>
 #include <map>
@@ -11,16 +12,16 @@
 #include <utility>
 #include <vector>
 
-#include "lowering/codegen/fused_kernel.h"
-#include "lowering/codegen/value_emitter.h"
+#include "lowering/codegen/common/group_analysis.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
+#include "lowering/codegen/cpu/value_emitter.h"
 
 namespace disc::lowering {
 
-class KernelEmitter {
+class KernelEmitter : private GroupAnalysis {
  public:
-  KernelEmitter(const Program& p, uint32_t g);
+  KernelEmitter(const Program& p, uint32_t g) : GroupAnalysis(p, g) {}
 
-  std::optional<KernelInterface> plan(std::string* why);  // analysis only
   std::optional<FusedKernel> run(std::string* why);
 
  private:
@@ -41,23 +42,6 @@ class KernelEmitter {
   };
 
   using Body = std::function<std::vector<std::string>(Variant&)>;
-
-  bool fail(std::string* why, uint32_t op, const std::string& what) {
-    if (why) *why = ir::op_name(p_.ops[op].node->op) + ": " + what;
-    return false;
-  }
-
-  // --- analysis (fused_kernel_analysis.cpp) ---------------------------------
-
-  bool analyze(std::string* why);
-  // Reduces dims [first, R - 1) of a rank-R input; first is 0 or 1.
-  bool reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const;
-  bool collect(std::string* why);
-  const ir::TensorType& type_of(const ir::GraphRef& r) const {
-    return p_.ops[r.node].node->outputs.at(r.index);
-  }
-  bool is_reduction() const;
-  bool last_dim_only(const ir::Node& n, uint32_t R) const;
 
   // --- emission -------------------------------------------------------------
 
@@ -140,20 +124,11 @@ class KernelEmitter {
   void emit_layer_norm();
   void emit_layer_norm_backward();
 
-  const Program& p_;
-  const FusionGroup& group_;
-  const std::vector<bool> used_outside_;  // per op: read outside its group
-  std::map<uint32_t, bool> in_group_;
-  std::map<std::pair<uint32_t, uint32_t>, size_t> input_index_;
-  std::vector<bool> row_broadcast_;  // per input
-  bool loop_ = false;
-  bool column_ = false;  // a sum over all leading dims
-  uint32_t row_op_ = 0;  // the reduction / stitch op, last in a kInput / kStitch group
-  Op row_ = Op::kOther;  // the row op's kind (kInput / kStitch)
   std::ostringstream body_;
   std::string indent_;
   uint32_t counter_ = 0;
-  FusedKernel kernel_;
+  std::string name_;  // one per kind: equal groups give equal text
+  std::string mlir_;
 };
 
 }  // namespace disc::lowering

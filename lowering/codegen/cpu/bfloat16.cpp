@@ -4,7 +4,7 @@
 // rounded back as ATen rounds (to nearest, ties to even; NaN to 0x7FC0)
 // after every op whose traced output is bf16 -- so a fused chain gives
 // eager's bits, not a more precise answer than the reference executor's.
-#include "lowering/codegen/value_emitter.h"
+#include "lowering/codegen/cpu/value_emitter.h"
 
 namespace disc::lowering {
 

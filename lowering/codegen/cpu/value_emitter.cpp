@@ -1,7 +1,7 @@
 // Element-wise ops as MLIR lines, in torch's order of operations (so that
 // results round as CPU eager's do wherever the ops are exact in f32).
 // Values are f32; the vector variant uses the same ops on vector<16xf32>.
-#include "lowering/codegen/value_emitter.h"
+#include "lowering/codegen/cpu/value_emitter.h"
 
 #include <stdexcept>
 

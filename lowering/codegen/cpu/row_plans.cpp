@@ -2,7 +2,7 @@
 // kLoop's single pass, column sums, last-dim reductions, softmax and
 // log_softmax, _safe_softmax (and their backward), layer norm forward and
 // backward.
-#include "lowering/codegen/kernel_emitter.h"
+#include "lowering/codegen/cpu/kernel_emitter.h"
 
 namespace disc::lowering {
 

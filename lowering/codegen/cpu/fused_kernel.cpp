@@ -12,41 +12,27 @@
 // them: a row is in cache, arithmetic is cheaper than a store and a reload.
 //
 // The work is split by responsibility (the emitter class: kernel_emitter.h):
-//   fused_kernel_analysis.cpp  ops, inputs, outputs; groups the codegen declines
+//   common/group_analysis.cpp  ops, inputs, outputs; groups the codegen declines
 //   kernel_skeleton.cpp        signature, chunk loop, passes over a row
 //   kernel_loads_stores.cpp    loads, stores, producers at a column
 //   row_plans.cpp              the passes of each row op (softmax, layer norm, ...)
-#include "lowering/codegen/fused_kernel.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
 
-#include "lowering/codegen/kernel_emitter.h"
+#include "lowering/codegen/cpu/kernel_emitter.h"
 
 namespace disc::lowering {
 
-KernelEmitter::KernelEmitter(const Program& p, uint32_t g)
-    : p_(p), group_(p.groups[g]), used_outside_(used_outside_groups(p)) {
-  // One name per kind: equal groups give equal text, and the JIT cache
-  // compiles each distinct kernel once per process.
-  loop_ = group_.kind == FusionKind::kLoop;
-  kernel_.group = g;
-  kernel_.kind = group_.kind;
-  kernel_.name = loop_ ? "loop_kernel" : "row_kernel";
-  for (uint32_t op : group_.ops) in_group_[op] = true;
-  if (!loop_) row_op_ = group_.ops.back();
-}
-
-std::optional<KernelInterface> KernelEmitter::plan(std::string* why) {
-  if (!analyze(why)) return std::nullopt;
-  return static_cast<const KernelInterface&>(kernel_);
-}
-
 std::optional<FusedKernel> KernelEmitter::run(std::string* why) {
   if (!analyze(why)) return std::nullopt;
+  // One name per kind: equal groups give equal text, and the JIT cache
+  // compiles each distinct kernel once per process.
+  name_ = loop_ ? "loop_kernel" : "row_kernel";
   emit();
-  return kernel_;
-}
-
-std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why) {
-  return KernelEmitter(p, g).plan(why);
+  FusedKernel k;
+  static_cast<KernelInterface&>(k) = kernel_;
+  k.name = name_;
+  k.mlir = mlir_;
+  return k;
 }
 
 std::optional<FusedKernel> emit_fused_kernel(const Program& p, uint32_t g, std::string* why) {

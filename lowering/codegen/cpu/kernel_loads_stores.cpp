@@ -2,7 +2,7 @@
 // contiguous or strided; vector or scalar), output stores and load-backs,
 // per-column partial sums, per-row results, and the group's element-wise
 // producers computed from those loads.
-#include "lowering/codegen/kernel_emitter.h"
+#include "lowering/codegen/cpu/kernel_emitter.h"
 
 namespace disc::lowering {
 

@@ -2,9 +2,9 @@
 // strides, the run-time contiguity check), the loops over the leading dims
 // (dim 0 is this launch's chunk [begin, end)), and one pass over a row with
 // its vector body, masked vector tail and strided fallback. row_plans.cpp fills it.
-#include "lowering/codegen/kernel_emitter.h"
+#include "lowering/codegen/cpu/kernel_emitter.h"
 
-#include "lowering/codegen/math_functions.h"
+#include "lowering/codegen/cpu/math_functions.h"
 
 namespace disc::lowering {
 
@@ -50,12 +50,12 @@ void KernelEmitter::emit() {
     line("}");
   }
   line("return");
-  kernel_.mlir = finished_text(sig);
+  mlir_ = finished_text(sig);
 }
 
 std::string KernelEmitter::signature() const {
   std::ostringstream sig;
-  sig << "func.func @" << kernel_.name << "(";
+  sig << "func.func @" << name_ << "(";
   for (size_t k = 0; k < kernel_.inputs.size(); ++k)
     sig << "%in" << k << ": memref<?x" << elem(k) << ">, ";
   for (size_t k = 0; k < kernel_.outputs.size(); ++k)

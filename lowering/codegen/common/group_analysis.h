@@ -1,0 +1,73 @@
+// What a fusion group's kernel computes, decided before any code is written
+// and the same for every target: its ops, inputs, outputs and their extents,
+// and whether a row op reduces the last dim (a row) or all leading dims (a
+// column). A group no target's codegen handles is declined here, with the
+// reason. The kernels pass plans with it; each target's emitter (cpu/,
+// cuda/) writes code from it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lowering/program.h"
+
+namespace disc::lowering {
+
+// What group `g`'s kernel reads and writes, or nullopt with `why` set when
+// the group has an op, dtype or dim the codegen does not handle (its ops
+// then run one by one).
+std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why);
+
+// Whether generated kernels take op's dtypes: f32 and bf16 outputs, and a
+// bf16 op's inputs bf16 too unless it is a cast (copy, _to_copy). A bf16 op
+// with an input of another dtype (a Python number, an f32 0-dim tensor)
+// stays ATen's, which rounds that input to bf16 first for some ops (add)
+// and not for others (mul, div).
+bool codegen_takes_dtypes(const Program& p, uint32_t op);
+
+// The dtypes a generated kernel reads, on every target: f32, f64, i64, i32,
+// bf16 and bool.
+bool kernels_read(ir::DType t);
+
+// The analysis of one group, kept by an emitter that writes its code.
+class GroupAnalysis {
+ public:
+  GroupAnalysis(const Program& p, uint32_t g);
+
+  // Fills the interface; false (with `why`) when the group is declined.
+  bool analyze(std::string* why);
+  const KernelInterface& interface() const { return kernel_; }
+
+ protected:
+  bool fail(std::string* why, uint32_t op, const std::string& what) {
+    if (why) *why = ir::op_name(p_.ops[op].node->op) + ": " + what;
+    return false;
+  }
+  const ir::TensorType& type_of(const ir::GraphRef& r) const {
+    return p_.ops[r.node].node->outputs.at(r.index);
+  }
+  bool is_reduction() const;
+
+  const Program& p_;
+  const FusionGroup& group_;
+  const std::vector<bool> used_outside_;  // per op: read outside its group
+  std::map<uint32_t, bool> in_group_;
+  std::map<std::pair<uint32_t, uint32_t>, size_t> input_index_;
+  std::vector<bool> row_broadcast_;  // per input
+  bool loop_ = false;
+  bool column_ = false;  // a sum over all leading dims
+  uint32_t row_op_ = 0;  // the reduction / stitch op, last in a kInput / kStitch group
+  Op row_ = Op::kOther;  // the row op's kind (kInput / kStitch)
+  KernelInterface kernel_;
+
+ private:
+  // Reduces dims [first, R - 1) of a rank-R input; first is 0 or 1.
+  bool reduces_dims_before_last(const ir::Node& n, uint32_t R, uint32_t first) const;
+  bool collect(std::string* why);
+  bool last_dim_only(const ir::Node& n, uint32_t R) const;
+};
+
+}  // namespace disc::lowering
