@@ -104,6 +104,8 @@ const char* library_call_kind_name(LibraryCall::Kind k) {
   return "?";
 }
 
+const char* target_name(Target t) { return t == Target::kCuda ? "cuda" : "cpu"; }
+
 std::string ExecutionPlan::to_string() const {
   std::ostringstream os;
   for (size_t k = 0; k < kernels.size(); ++k) print_kernel(os, k, kernels[k]);
@@ -120,6 +122,7 @@ std::string ExecutionPlan::to_string() const {
     if (layouts.match_inputs[i]) os << "  layout %" << i << " matches its inputs' layout\n";
   }
   for (size_t s = 0; s < steps.size(); ++s) print_step(os, s, steps[s]);
+  for (size_t k = 0; k < code.size(); ++k) os << "  code " << k << " @" << code[k].name << "\n" << code[k].text;
   return os.str();
 }
 

@@ -3,12 +3,13 @@
 // buffer-plan, publish-plan) and held in the Program. An executor allocates,
 // launches and publishes what it says and decides nothing itself.
 //
-// It names no target: a kernel is a fusion group with the interface its
-// code will have (the target's codegen writes that code), a library call
-// says what it computes (a GEMM with a ReLU epilogue, a convolution leaving
-// NHWC activations), a layout is NCHW or NHWC. A CPU executor runs kernels
-// as MLIR -> LLVM and library calls on oneDNN; a CUDA one would run the
-// same plan with NVRTC kernels and cuBLASLt.
+// Up to its last stage it names no target: a kernel is a fusion group with
+// the interface its code will have, a library call says what it computes (a
+// GEMM with a ReLU epilogue, a convolution leaving NHWC activations), a
+// layout is NCHW or NHWC. The codegen pass, last, writes each kernel's code
+// for the program's target: MLIR for the CPU (-> LLVM), CUDA C++ for NVRTC.
+// A CPU executor runs library calls on oneDNN; a CUDA one would run the same
+// plan with cuBLASLt.
 //
 //   kernel 0 kLoop group 0: in %0.0 %3.0 out %4.0 (loads before stores)
 //   library %5 gemm relu, weight %2
@@ -33,7 +34,7 @@ enum class FusionKind : uint8_t {
 const char* fusion_kind_name(FusionKind k);
 
 // What a generated kernel reads and writes, decided before any code is
-// written (lowering/codegen/fused_kernel.h writes the code).
+// written (lowering/codegen/cpu/fused_kernel.h writes the code).
 struct KernelOutput {
   enum class Extent : uint8_t {
     kElements,   // one value per element of the space
@@ -149,6 +150,17 @@ struct Step {
   std::vector<uint32_t> publish;      // graph outputs final after it (publish-plan)
 };
 
+// Whose code the codegen pass writes.
+enum class Target { kCpu, kCuda };
+const char* target_name(Target t);
+
+// A kernel's code (codegen): its symbol and its text, MLIR on the CPU, CUDA
+// C++ on CUDA.
+struct KernelCode {
+  std::string name;
+  std::string text;
+};
+
 struct ExecutionPlan {
   std::vector<KernelInterface> kernels;  // kernels
   std::vector<int32_t> kernel_of_group;  // per fusion group: its kernel, or -1
@@ -156,6 +168,7 @@ struct ExecutionPlan {
   LayoutPlan layouts;                    // layout-plan
   std::vector<std::optional<LibraryCall>> library;  // per op (library-calls)
   std::vector<Step> steps;               // schedule, buffer-plan, publish-plan
+  std::vector<KernelCode> code;          // codegen: per kernel
 
   // Printed after the program by Program::to_string (disc-opt).
   std::string to_string() const;

@@ -74,6 +74,7 @@ struct Program {
   std::vector<FusionGroup> groups;
   std::vector<GemmGroup> gemm_groups;
   ExecutionPlan plan;  // the plan passes' result (plan.h)
+  Target target = Target::kCpu;  // whose code codegen writes
 
   // Counts after fusion planning.
   size_t live_ops() const;

@@ -40,6 +40,10 @@ OptOptions parse_opt_args(const std::vector<std::string>& args) {
     } else if (v == "--all") {
       o.passes = lowering::pass_names();
       ++selections;
+    } else if (v.substr(0, 9) == "--target=") {
+      if (v.substr(9) == "cpu") o.target = lowering::Target::kCpu;
+      else if (v.substr(9) == "cuda") o.target = lowering::Target::kCuda;
+      else throw std::invalid_argument("--target= takes cpu or cuda, not '" + std::string(v.substr(9)) + "'");
     } else if (v == "--list-passes") {
       o.list_passes = true;
     } else if (v == "--print-graph") {
@@ -61,6 +65,7 @@ std::string run_opt(const OptOptions& options, std::string_view text) {
   ir::ParsedGraph parsed = ir::parse_graph(text);
   if (options.print_graph) return parsed.graph.to_string();
   lowering::Program p = lowering::make_program(parsed.graph);
+  p.target = options.target;
   lowering::run_passes(p, options.passes);
   return p.to_string();
 }

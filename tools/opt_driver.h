@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lowering/plan.h"
+
 namespace disc::tools {
 
 struct OptOptions {
@@ -13,6 +15,7 @@ struct OptOptions {
   bool list_passes = false;
   bool print_graph = false;         // print the parsed graph, run nothing
   std::string file;                 // "-" is stdin; empty when none was given
+  lowering::Target target = lowering::Target::kCpu;  // whose code the codegen pass writes
 };
 
 // disc-opt's command line, without argv[0]. Throws std::invalid_argument.
@@ -27,8 +30,9 @@ std::string list_passes_text();
 
 constexpr const char* kOptUsage =
     "usage: disc-opt [--pass=<name>[,<name>...] | --until=<name> | --all] [--print-graph]\n"
-    "                [--list-passes] <file.txt | ->\n"
+    "                [--target=cpu|cuda] [--list-passes] <file.txt | ->\n"
     "Parses graph text (Graph::to_string(), a DISC_DUMP_IR *.0.input.txt), runs the chosen\n"
-    "passes in pipeline order (default --all) and prints the program after them.\n";
+    "passes in pipeline order (default --all) and prints the program after them; the\n"
+    "codegen pass prints each kernel's code for the target (MLIR for cpu, CUDA C++).\n";
 
 }  // namespace disc::tools

@@ -1,6 +1,6 @@
 // The compiled executor: interprets the execution plan the compiler's plan
 // passes made (lowering/plan.h) and decides nothing itself. Each planned
-// kernel is emitted (lowering/codegen) and JIT-compiled (MLIR -> LLVM) once,
+// kernel's code (MLIR, written by the codegen pass) is JIT-compiled once,
 // and launched parallel over dim 0 on ATen's thread pool; library calls run
 // on oneDNN (library_calls.h, conv_calls.h, gemm_merge_exec.h); every other
 // op runs its ATen CPU kernel, as in the reference executor. Kernels are
@@ -85,15 +85,17 @@ void dump_kernel(const ir::Graph& g, const lowering::FusedKernel& k, const std::
 std::vector<Kernel> compile_kernels(const ir::Graph& g, const Program& program) {
   std::vector<Kernel> kernels;
   const bool dumping = !options::text(options::Id::kDumpIr).empty();
-  for (const lowering::KernelInterface& planned : program.plan.kernels) {
-    std::string why;
-    std::optional<lowering::FusedKernel> spec = lowering::emit_fused_kernel(program, planned.group, &why);
-    TORCH_INTERNAL_ASSERT(spec, "disc: planned kernel of group ", planned.group, " was not emitted: ", why);
+  TORCH_INTERNAL_ASSERT(program.target == lowering::Target::kCpu &&
+                            program.plan.code.size() == program.plan.kernels.size(),
+                        "disc: the compiled executor runs the CPU code the codegen pass wrote");
+  for (size_t k = 0; k < program.plan.kernels.size(); ++k) {
+    const lowering::KernelCode& code = program.plan.code[k];
+    lowering::FusedKernel spec{program.plan.kernels[k], code.name, code.text};
     std::string llvm_ir;
-    auto jit = jit_compile(spec->mlir, dumping ? &llvm_ir : nullptr);
-    dump_kernel(g, *spec, llvm_ir);
-    runtime::PackedFn fn = jit->lookup(spec->name);
-    kernels.push_back({std::move(*spec), std::move(jit), fn});
+    auto jit = jit_compile(spec.mlir, dumping ? &llvm_ir : nullptr);
+    dump_kernel(g, spec, llvm_ir);
+    runtime::PackedFn fn = jit->lookup(spec.name);
+    kernels.push_back({std::move(spec), std::move(jit), fn});
   }
   metrics::bump("kernels_compiled", static_cast<int64_t>(kernels.size()));
   return kernels;

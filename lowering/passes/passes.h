@@ -40,6 +40,8 @@ void schedule(Program& p);
 void plan_buffers(Program& p);
 // After which step each graph output is final.
 void plan_publishing(Program& p);
+// Each kernel's code for the program's target (lowering/codegen/cpu, cuda).
+void codegen(Program& p);
 
 // Why the convolution library does not take convolution op `i` ("dtype",
 // "rank", "transposed", "disabled" by DISC_CONV=aten), or nullptr.

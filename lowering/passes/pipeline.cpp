@@ -34,6 +34,7 @@ constexpr Pass kPipeline[] = {
     {"schedule", schedule, "kernels and ops in dependency order, program order among the ready"},
     {"buffer-plan", plan_buffers, "buffers freed after their last reader, dead inputs reused"},
     {"publish-plan", plan_publishing, "each output handed out as soon as it is final"},
+    {"codegen", codegen, "each kernel's code for the target, from the finished plan"},
 };
 
 // <dir>/<graph hash>.<step>.<pass>.txt, so a listing reads in pipeline order.

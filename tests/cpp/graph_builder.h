@@ -54,8 +54,8 @@ class GraphBuilder {
   // An op that writes inputs[mutated] (an out= buffer) and returns nothing
   // else: its only output is that input's new value, of `sizes`.
   ir::Value op_mutating(const char* name, std::vector<ir::Value> inputs, uint32_t mutated,
-                        std::vector<int64_t> sizes) {
-    ir::Value v = op(name, std::move(inputs), std::move(sizes));
+                        std::vector<int64_t> sizes, std::vector<ir::Attr> attrs = {}) {
+    ir::Value v = op(name, std::move(inputs), std::move(sizes), std::move(attrs));
     v.node->num_returns = 0;
     v.node->mutated = {mutated};
     v.node->finalize();

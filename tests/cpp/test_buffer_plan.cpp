@@ -45,7 +45,7 @@ TEST(BufferPlan, AnInPlaceUpdateWritesAnInputItReadsLast) {
   // param.add_(grad): the parameter's buffer takes the update.
   GraphBuilder b;
   auto param = b.param({16}), grad = b.param({16});
-  auto upd = b.op_mutating("aten::add_.Tensor", {param, grad}, 0, {16});
+  auto upd = b.op_mutating("aten::add_.Tensor", {param, grad}, 0, {16}, {GraphBuilder::scalar(1)});
   Program p = compiled({upd});
   EXPECT_EQ(step_running(p, index_of(p, upd)).last_read, std::vector<bool>{true});
 }
@@ -53,7 +53,7 @@ TEST(BufferPlan, AnInPlaceUpdateWritesAnInputItReadsLast) {
 TEST(BufferPlan, AnInputReadAfterTheUpdateIsNotWrittenInPlace) {
   GraphBuilder b;
   auto param = b.param({16}), grad = b.param({16});
-  auto upd = b.op_mutating("aten::add_.Tensor", {param, grad}, 0, {16});
+  auto upd = b.op_mutating("aten::add_.Tensor", {param, grad}, 0, {16}, {GraphBuilder::scalar(1)});
   Program p = compiled({upd, param});  // the old value is returned too
   EXPECT_TRUE(step_running(p, index_of(p, upd)).last_read.empty());
 }
@@ -63,8 +63,8 @@ TEST(BufferPlan, ALoopKernelMayWriteIntoInputsItReadsLast) {
   GraphBuilder b;
   auto w = b.param({64}), g = b.param({64}), lr = b.param({64}), keep = b.param({64});
   auto scaled = b.op("aten::mul.Tensor", {g, lr}, {64});
-  auto updated = b.op("aten::sub.Tensor", {w, scaled}, {64});
-  auto other = b.op("aten::add.Tensor", {keep, updated}, {64});
+  auto updated = b.op("aten::sub.Tensor", {w, scaled}, {64}, {GraphBuilder::scalar(1)});
+  auto other = b.op("aten::add.Tensor", {keep, updated}, {64}, {GraphBuilder::scalar(1)});
   Program p = compiled({other, keep, lr});
   ASSERT_EQ(p.plan.kernels.size(), 1u);
   const Step& s = step_running(p, index_of(p, scaled));
@@ -85,7 +85,7 @@ TEST(BufferPlan, NoParameterIsWrittenBeforeTheLastStepThatMayFailOnItsData) {
     GraphBuilder b;
     auto w = b.param({64}), g = b.param({64}), table = b.param({10}), ids = b.param({4});
     auto rows = b.op("aten::index_select", {table, ids}, {4});
-    auto upd = b.op_mutating("aten::add_.Tensor", {w, g}, 0, {64});
+    auto upd = b.op_mutating("aten::add_.Tensor", {w, g}, 0, {64}, {GraphBuilder::scalar(1)});
     Program p = compiled(index_first ? std::vector{rows, upd} : std::vector{upd, rows});
     const Step& update = step_running(p, index_of(p, upd));
     EXPECT_EQ(&update < &step_running(p, index_of(p, rows)), !index_first);

@@ -21,7 +21,7 @@ TEST(FusionPlan, ElementwiseChainIsOneLoopKernel) {
   auto x = b.param({64, 128});
   auto y = b.param({64, 128});
   auto m = b.op("aten::mul.Tensor", {x, y}, {64, 128});
-  auto a = b.op("aten::add.Tensor", {m, x}, {64, 128});
+  auto a = b.op("aten::add.Tensor", {m, x}, {64, 128}, {GraphBuilder::scalar(1)});
   auto r = b.op("aten::relu", {a}, {64, 128});
   Program p = planned({r});
   ASSERT_EQ(p.groups.size(), 1u);
@@ -71,7 +71,7 @@ TEST(FusionPlan, ProducerUsedOutsideJoinsAReductionButNotALoop) {
   EXPECT_EQ(p.groups[0].kind, FusionKind::kInput);
   EXPECT_EQ(p.groups[0].ops.size(), 2u);
   EXPECT_EQ(p.library_calls(), 1u);
-  auto a = b.op("aten::add.Tensor", {e, x}, {16, 16});
+  auto a = b.op("aten::add.Tensor", {e, x}, {16, 16}, {GraphBuilder::scalar(1)});
   auto m2 = b.op("aten::mm", {e, x}, {16, 16});
   EXPECT_EQ(planned({a, m2}).groups.size(), 2u);
 }
@@ -81,7 +81,7 @@ TEST(FusionPlan, BroadcastOfADifferentShapeIsNotFusedIntoTheLoop) {
   auto bias = b.param({128});
   auto x = b.param({64, 128});
   auto nb = b.op("aten::neg", {bias}, {128});
-  auto a = b.op("aten::add.Tensor", {x, nb}, {64, 128});
+  auto a = b.op("aten::add.Tensor", {x, nb}, {64, 128}, {GraphBuilder::scalar(1)});
   Program p = planned({a});
   EXPECT_EQ(p.groups.size(), 2u);  // neg over [128], add over [64, 128]
 }
@@ -114,7 +114,7 @@ TEST(FusionPlan, AnOpWithoutCodegenJoinsNoGroupAndSplitsTheChainAroundIt) {
   auto x = b.param({64, 128});
   auto m = b.op("aten::mul.Tensor", {x, x}, {64, 128});
   auto g = b.op("aten::silu", {m}, {64, 128});
-  auto a = b.op("aten::add.Tensor", {g, x}, {64, 128});
+  auto a = b.op("aten::add.Tensor", {g, x}, {64, 128}, {GraphBuilder::scalar(1)});
   auto r = b.op("aten::relu", {a}, {64, 128});
   Program p = planned({r});
   EXPECT_EQ(p.ops[disc::testing::index_of(p, g)].group, -1);
@@ -132,7 +132,7 @@ TEST(FusionPlan, ABf16OpWithAnInputOfAnotherDtypeStaysOutOfTheChain) {
   auto x = b.param({64, 128}, ir::DType::kBFloat16);
   auto s = b.param({}, ir::DType::kFloat32);
   auto m = b.op("aten::mul.Tensor", {x, x}, {64, 128});
-  auto a = b.op("aten::add.Tensor", {m, s}, {64, 128});
+  auto a = b.op("aten::add.Tensor", {m, s}, {64, 128}, {GraphBuilder::scalar(1)});
   auto r = b.op("aten::relu", {a}, {64, 128});
   for (const ir::Value& v : {m, a, r}) v.node->outputs[0].dtype = ir::DType::kBFloat16;
   Program p = planned({r});

@@ -15,7 +15,7 @@ TEST(Pipeline, PassesRunInTheDocumentedOrder) {
             (std::vector<std::string>{"verify", "fold", "canonicalize", "shape-constraints",
                                       "library-epilogue", "gemm-merge", "fusion-plan", "verify-plan",
                                       "kernels", "layout-plan", "library-calls", "schedule",
-                                      "buffer-plan", "publish-plan"}));
+                                      "buffer-plan", "publish-plan", "codegen"}));
 }
 
 TEST(Pipeline, TimesEveryPassAndDumpsIrWhenAsked) {

@@ -52,7 +52,7 @@ TEST(Schedule, AKernelRunsOnceAfterItsInputsAndEachKindHasItsStep) {
   auto x = b.param({8, 16}), w = b.param({16, 16});
   auto mm = b.op("aten::mm", {x, w}, {8, 16});
   auto e = b.op("aten::exp", {mm}, {8, 16});
-  auto a = b.op("aten::add.Tensor", {e, x}, {8, 16});
+  auto a = b.op("aten::add.Tensor", {e, x}, {8, 16}, {GraphBuilder::scalar(1)});
   Program p = compiled({a});
   expect_valid_schedule(p);
   ASSERT_EQ(p.plan.steps.size(), 4u);  // x, w, the GEMM, one kernel for exp + add
@@ -70,7 +70,7 @@ TEST(Schedule, AKernelWaitsForAnInputMadeAfterItsFirstOp) {
   auto x = b.param({8, 8}), w = b.param({8, 8});
   auto e = b.op("aten::exp", {x}, {8, 8});
   auto mm = b.op("aten::mm", {x, w}, {8, 8});
-  auto a = b.op("aten::add.Tensor", {e, mm}, {8, 8});
+  auto a = b.op("aten::add.Tensor", {e, mm}, {8, 8}, {GraphBuilder::scalar(1)});
   Program p = compiled({a});
   expect_valid_schedule(p);
   ASSERT_LT(index_of(p, e), index_of(p, mm));

@@ -1,0 +1,80 @@
+// codegen: the last pass writes each planned kernel's code for the
+// program's target, the text the target's emitter gives that group.
+#include <gtest/gtest.h>
+
+#include "graph_builder.h"
+#include "lowering/codegen/cpu/fused_kernel.h"
+#include "lowering/codegen/cuda/kernels.h"
+#include "lowering/passes/pipeline.h"
+
+using namespace disc;
+using namespace disc::lowering;
+using disc::testing::compiled;
+using disc::testing::GraphBuilder;
+
+namespace {
+
+// exp(x) * y, and a softmax of its own: a kLoop and a kStitch kernel.
+std::vector<ir::Value> two_kernels(GraphBuilder& b) {
+  auto x = b.param({8, 32}), y = b.param({8, 32});
+  auto m = b.op("aten::mul.Tensor", {b.op("aten::exp", {x}, {8, 32}), y}, {8, 32});
+  auto s = b.op("aten::_softmax", {y}, {8, 32}, {GraphBuilder::integer(-1), GraphBuilder::boolean(false)});
+  return {m, s};
+}
+
+Program for_target(const std::vector<ir::Value>& roots, Target target) {
+  Program p = make_program(ir::build_graph(roots));
+  p.target = target;
+  run_passes(p, pass_names());
+  return p;
+}
+
+}  // namespace
+
+TEST(Codegen, IsThePipelinesLastPass) {
+  EXPECT_EQ(pass_names().back(), "codegen");
+}
+
+TEST(Codegen, CpuCodeIsTheCpuEmittersMlirForEachKernel) {
+  GraphBuilder b;
+  Program p = compiled(two_kernels(b));
+  ASSERT_EQ(p.plan.kernels.size(), 2u);
+  ASSERT_EQ(p.plan.code.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    std::string why;
+    std::optional<FusedKernel> emitted = emit_fused_kernel(p, p.plan.kernels[k].group, &why);
+    ASSERT_TRUE(emitted) << why;
+    EXPECT_EQ(p.plan.code[k].name, emitted->name);
+    EXPECT_EQ(p.plan.code[k].text, emitted->mlir);
+    EXPECT_NE(p.plan.code[k].text.find("func.func @" + emitted->name), std::string::npos);
+  }
+  EXPECT_EQ(p.plan.code[0].name, "loop_kernel");
+  EXPECT_EQ(p.plan.code[1].name, "row_kernel");
+}
+
+TEST(Codegen, CudaTargetWritesCudaSourceForTheSamePlan) {
+  GraphBuilder b;
+  auto roots = two_kernels(b);
+  Program cpu = for_target(roots, Target::kCpu);
+  Program cuda = for_target(roots, Target::kCuda);
+  ASSERT_EQ(cuda.plan.code.size(), cpu.plan.code.size());
+  EXPECT_EQ(cuda.plan.to_string().substr(0, cuda.plan.to_string().find("  code ")),
+            cpu.plan.to_string().substr(0, cpu.plan.to_string().find("  code ")));
+  for (size_t k = 0; k < cuda.plan.code.size(); ++k) {
+    std::string why;
+    std::optional<CudaKernel> emitted = emit_cuda_kernel(cuda, cuda.plan.kernels[k].group, &why);
+    ASSERT_TRUE(emitted) << why;
+    EXPECT_EQ(cuda.plan.code[k].name, emitted->name);
+    EXPECT_EQ(cuda.plan.code[k].text, emitted->source);
+    EXPECT_NE(cuda.plan.code[k].text.find("extern \"C\" __global__ void " + emitted->name),
+              std::string::npos);
+  }
+}
+
+TEST(Codegen, PrintsEachKernelsCodeAfterThePlan) {
+  GraphBuilder b;
+  Program p = compiled(two_kernels(b));
+  const std::string text = p.to_string();
+  EXPECT_NE(text.find("  code 0 @loop_kernel\n"), std::string::npos);
+  EXPECT_NE(text.find("  code 1 @row_kernel\n"), std::string::npos);
+}
