@@ -129,6 +129,34 @@ inline std::vector<Case> sweep() {
     auto den = b.op("aten::sqrt", {v2}, {4, 6});
     return b.op("aten::addcdiv_", {p, m2, den}, {4, 6}, {}, {runtime_scalar(-1e-3)});
   }});
+  cases.push_back({"in-place variants", [=](B& b) {
+    auto x = f(b), y = f(b);
+    auto a = b.op("aten::add_.Tensor", {x, y}, {4, 6}, {B::scalar(1)});
+    auto s = b.op("aten::sub_.Tensor", {a, y}, {4, 6}, {B::scalar(0.5)});
+    auto m = b.op("aten::mul_.Tensor", {s, y}, {4, 6});
+    auto d = b.op("aten::div_.Tensor", {m, y}, {4, 6});
+    auto q = b.op("aten::sqrt_", {d}, {4, 6});
+    return b.op("aten::mul_.Scalar", {q}, {4, 6}, {}, {runtime_scalar(0.5)});
+  }});
+  cases.push_back({"out variants", [=](B& b) {
+    auto x = f(b), y = f(b);
+    auto a = b.op("aten::add.out", {x, y}, {4, 6}, {B::scalar(2)});
+    return b.op("aten::mul.out", {a, y}, {4, 6});
+  }});
+  cases.push_back({"fills, copies, casts and an expand", [=](B& b) {
+    auto x = f(b), y = f(b), row = b.param({6});
+    auto z = b.op("aten::zero_", {x}, {4, 6});
+    auto filled = b.op("aten::fill_.Scalar", {y}, {4, 6}, {B::scalar(2)});
+    auto c = b.op("aten::copy", {f(b), row}, {4, 6}, {B::boolean(false)});
+    auto cast = b.op("aten::_to_copy", {f(b)}, {4, 6});
+    auto e = b.op("aten::expand", {row}, {4, 6}, {B::ints({4, 6}), B::boolean(false)});
+    auto zeros = b.op("aten::zeros", {}, {4, 6});
+    auto s1 = b.op("aten::add.Tensor", {z, filled}, {4, 6}, {B::scalar(1)});
+    auto s2 = b.op("aten::mul.Tensor", {s1, c}, {4, 6});
+    auto s3 = b.op("aten::add.Tensor", {s2, cast}, {4, 6}, {B::scalar(1)});
+    auto s4 = b.op("aten::add.Tensor", {s3, e}, {4, 6}, {B::scalar(1)});
+    return b.op("aten::add.Tensor", {s4, zeros}, {4, 6}, {B::scalar(1)});
+  }});
   cases.push_back({"bf16 chain", [=](B& b) {
     auto x = b.param({4, 6}, ir::DType::kBFloat16), y = b.param({4, 6}, ir::DType::kBFloat16);
     auto a = b.op("aten::add.Tensor", {x, y}, {4, 6}, {B::scalar(1)});
