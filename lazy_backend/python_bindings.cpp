@@ -25,8 +25,8 @@
 #include "lowering/ir/graph.h"
 #include "lowering/passes/pipeline.h"
 #include "runtime/components.h"
-#include "runtime/cpu_isa.h"
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/cpu_isa.h"
+#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/options.h"
 
 namespace py = pybind11;
@@ -221,7 +221,7 @@ void bind_caches(py::module_& m) {
     return d;
   }, "The optional back ends this build has (runtime/components.h) and the ISA it uses.");
   m.def("native_cpu_isa", [] { return runtime::cpu_isa_name(runtime::native_cpu_isa()); },
-        "The ISA level of this CPU, whatever DISC_CPU_ISA caps (runtime/cpu_isa.h).");
+        "The ISA level of this CPU, whatever DISC_CPU_ISA caps (runtime/cpu/cpu_isa.h).");
   m.def("bf16_native", &runtime::onednn_bf16_native,
         "Whether bf16 GEMMs and convolutions run on oneDNN here (native bf16 on this CPU).");
   m.def("host_cache_stats", after_worker([] {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "lowering/ir/graph.h"
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/mlir_jit.h"
 
 namespace disc {
 

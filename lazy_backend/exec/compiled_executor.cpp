@@ -32,7 +32,7 @@
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/codegen/cpu/fused_kernel.h"
 #include "runtime/components.h"
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/mlir_jit.h"
 #include "runtime/options.h"
 
 namespace disc {

@@ -15,8 +15,8 @@
 #include "lazy_backend/base/metrics.h"
 #include "lazy_backend/exec/replay.h"
 #include "runtime/components.h"
-#include "runtime/onednn_conv.h"
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_conv.h"
+#include "runtime/cpu/onednn_gemm.h"
 
 namespace disc {
 

@@ -1,6 +1,6 @@
 // Convolutions of the compiled executor: float32 2-D aten::convolution (not
 // transposed) and aten::convolution_backward (honouring output_mask) run on
-// oneDNN (runtime/onednn_conv.h), a relu the library_epilogue pass planned
+// oneDNN (runtime/cpu/onednn_conv.h), a relu the library_epilogue pass planned
 // as the forward's post-op; every other convolution (1-D / 3-D, transposed,
 // other dtypes) runs its ATen kernel, counted with its reason.
 //

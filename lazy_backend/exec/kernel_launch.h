@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lowering/codegen/cpu/fused_kernel.h"
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/mlir_jit.h"
 
 namespace disc {
 

@@ -20,7 +20,7 @@
 #include "lazy_backend/exec/replay.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "runtime/components.h"
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_gemm.h"
 
 namespace disc {
 

@@ -1,6 +1,6 @@
 // Library calls of the compiled executor, as the plan's library-calls pass
 // planned them (lowering/plan.h): float32 aten::mm / aten::addmm /
-// aten::bmm run on oneDNN (runtime/onednn_gemm.h), with the relu or gelu
+// aten::bmm run on oneDNN (runtime/cpu/onednn_gemm.h), with the relu or gelu
 // epilogue applied as a post-op; a GEMM oneDNN does not take (other
 // dtypes, a scaled addmm: runtime data) runs its ATen kernel, counted.
 // Convolutions: conv_calls.h.
@@ -18,7 +18,7 @@
 
 #include "lazy_backend/exec/prepack.h"
 #include "lowering/program.h"
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_gemm.h"
 
 namespace disc {
 

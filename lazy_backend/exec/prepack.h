@@ -21,7 +21,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_gemm.h"
 
 namespace disc {
 

@@ -15,7 +15,7 @@
 #include "graph_builder.h"
 #include "lowering/codegen/cuda/kernels.h"
 #include "lowering/codegen/cpu/fused_kernel.h"
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/mlir_jit.h"
 
 namespace disc::testing {
 

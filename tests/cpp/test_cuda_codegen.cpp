@@ -1,5 +1,5 @@
 // The CUDA target's kernels (lowering/codegen/cuda/kernels.cpp) and NVRTC
-// (runtime/nvrtc.cpp), without a GPU: a sweep of groups -- every
+// (runtime/cuda/nvrtc.cpp), without a GPU: a sweep of groups -- every
 // element-wise op the codegen emits, broadcast inputs, runtime scalars,
 // bf16 and bool tensors, row and column reductions, softmax and layer norm
 // and their backward -- emits CUDA C++ that compiles for sm_80 and sm_90
@@ -15,7 +15,7 @@
 #include "graph_builder.h"
 #include "lowering/codegen/cuda/kernels.h"
 #include "lowering/codegen/cuda/launch.h"
-#include "runtime/nvrtc.h"
+#include "runtime/cuda/nvrtc.h"
 
 using namespace disc;
 using namespace disc::lowering;

@@ -11,7 +11,7 @@
 #include "graph_builder.h"
 #include "lowering/codegen/cpu/fused_kernel.h"
 #include "lowering/passes/pipeline.h"
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/mlir_jit.h"
 
 using namespace disc;
 using namespace disc::lowering;

@@ -5,8 +5,8 @@
 #include <optional>
 
 #include "lowering/codegen/cpu/math_functions.h"
-#include "runtime/cpu_isa.h"
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/cpu_isa.h"
+#include "runtime/cpu/mlir_jit.h"
 
 using disc::runtime::JitModule;
 using disc::runtime::MemRef1D;

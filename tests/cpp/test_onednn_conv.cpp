@@ -1,4 +1,4 @@
-// runtime/onednn_conv: forward (bias, relu), backward-data and
+// runtime/cpu/onednn_conv: forward (bias, relu), backward-data and
 // backward-weights (+ bias) against naive loops, in NCHW and NHWC, with the
 // caller's layout and with oneDNN's; strides, paddings, dilations, groups,
 // sizes 1 and odd; the primitive cache.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "runtime/bf16.h"
-#include "runtime/onednn_conv.h"
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_conv.h"
+#include "runtime/cpu/onednn_gemm.h"
 
 using namespace disc::runtime;
 

@@ -1,6 +1,6 @@
-// runtime/onednn_gemm against a naive loop: every transpose of A and B, bias,
+// runtime/cpu/onednn_gemm against a naive loop: every transpose of A and B, bias,
 // relu, batched, sizes 0 / 1 / odd, and one primitive for every size.
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/bf16.h"
 
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 // sixth of softmax's instructions). Targets without FMA get fmaf calls
 // (slow, exact).
 #include "lowering/codegen/cpu/math_functions.h"
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu/cpu_isa.h"
 
 #include <cstdlib>
 #include <stdexcept>

@@ -20,7 +20,7 @@ enum class Pow2 : uint8_t { kExponentBits, kScalef };
 const std::string& expf_function(uint32_t width = 0, Pow2 pow2 = Pow2::kExponentBits);
 
 // What generated kernels use for width 16: kScalef where disc's ISA
-// (runtime/cpu_isa.h) has AVX-512F (tests compare both variants:
+// (runtime/cpu/cpu_isa.h) has AVX-512F (tests compare both variants:
 // MlirJit/ExpVariants.*).
 Pow2 host_pow2();
 

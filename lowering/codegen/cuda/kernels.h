@@ -1,6 +1,6 @@
 // The CUDA target's code for fusion groups: CUDA C++ text that NVRTC
 // compiles for the GPU at hand
-// (runtime/nvrtc.h). The group, its inputs, outputs and runtime scalars are
+// (runtime/cuda/nvrtc.h). The group, its inputs, outputs and runtime scalars are
 // the CPU kernel's (plan_fused_kernel), and so are the values: f32
 // arithmetic, bf16 loaded as its bits and rounded after every bf16 op as
 // ATen rounds, the same formulas op for op (value_emitter.cpp).

@@ -3,7 +3,7 @@
 // these throw for any caller that did not.
 #include <stdexcept>
 
-#include "runtime/mlir_jit.h"
+#include "runtime/cpu/mlir_jit.h"
 
 namespace disc::runtime {
 

@@ -18,9 +18,9 @@
 // *strides* are accepted too, but select the reference implementation
 // ("ref:any", orders of magnitude slower), so layouts are part of the key
 // and only dense operands are taken.
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/bf16.h"
-#include "runtime/onednn_engine.h"
+#include "runtime/cpu/onednn_engine.h"
 #include "runtime/options.h"
 
 #include <algorithm>

@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/onednn_conv.h"
-#include "runtime/onednn_gemm.h"
+#include "runtime/cpu/onednn_conv.h"
+#include "runtime/cpu/onednn_gemm.h"
 
 namespace disc::runtime {
 

@@ -1,10 +1,10 @@
-#include "runtime/onednn_engine.h"
+#include "runtime/cpu/onednn_engine.h"
 
 #include <cstdlib>
 #include <new>
 #include <unordered_map>
 
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu/cpu_isa.h"
 
 namespace disc::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/nvrtc.h"
+#include "runtime/cuda/nvrtc.h"
 
 #include <cstdio>
 #include <iterator>

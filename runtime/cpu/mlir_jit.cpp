@@ -1,5 +1,5 @@
-#include "runtime/mlir_jit.h"
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu/mlir_jit.h"
+#include "runtime/cpu/cpu_isa.h"
 
 #include <unistd.h>
 

@@ -7,9 +7,9 @@
 // the same descriptors and is not kept. Every layout and the scratchpad a
 // primitive needs come from its own descriptor's queries, never from what
 // one ISA's implementation happens to pick.
-#include "runtime/onednn_conv.h"
+#include "runtime/cpu/onednn_conv.h"
 #include "runtime/bf16.h"
-#include "runtime/onednn_engine.h"
+#include "runtime/cpu/onednn_engine.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu/cpu_isa.h"
 
 #include <stdexcept>
 #include <string>
