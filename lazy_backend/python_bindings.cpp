@@ -238,7 +238,7 @@ void bind_caches(py::module_& m) {
 }
 
 // Traced graphs rerun without tracing: the compile-once front end
-// (torch_disc/_compiled.py).
+// (torch_disc/frontend/compiled.py).
 void bind_templates(py::module_& m) {
   // The leaves of a trace's inputs, held for make_template.
   struct TracedInputs {

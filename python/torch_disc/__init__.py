@@ -42,8 +42,8 @@ try:
 except ImportError as e:
     raise _missing_library(e) from e
 from . import device_module as _device_module  # noqa: E402
-from ._export import export, load  # noqa: E402
-from .dynamo import compile  # noqa: E402
+from .frontend.export import export, load  # noqa: E402
+from .frontend.dynamo import compile  # noqa: E402
 from . import metrics  # noqa: E402
 from . import options  # noqa: E402
 from . import distributed as _distributed  # noqa: E402

@@ -14,7 +14,7 @@ if len(sys.argv) > 1:  # a build other than the installed one
 
 import torch  # noqa: E402
 import torch_disc  # noqa: E402
-import torch_disc.dynamo  # noqa: E402
+import torch_disc.frontend.dynamo  # noqa: E402
 from mlp_losses import mlp_losses  # noqa: E402  (beside this file)
 
 failures = []
@@ -67,7 +67,7 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.L
 x = torch.randn(8, 16)
 with torch.no_grad():
     want = model(x)
-    got = torch.compile(model, backend=torch_disc.dynamo.disc)(x)  # no entry point needed
+    got = torch.compile(model, backend=torch_disc.frontend.dynamo.disc)(x)  # no entry point needed
 check("torch.compile output on the CPU", got.device.type == "cpu", str(got.device))
 check("torch.compile output equals eager", torch.allclose(got, want, rtol=1e-5, atol=1e-6),
       str((got - want).abs().max().item()))

@@ -1,4 +1,4 @@
-"""The compile-once front end (torch_disc/_compiled.py, sync/graph_template.h):
+"""The compile-once front end (torch_disc/frontend/compiled.py, lazy_backend/frontend/graph_template.h):
 an ATen graph from torch.compile is traced on disc once, then run at every
 size from its template with no tracing; what cannot be is traced per call,
 counted."""
@@ -190,7 +190,7 @@ def test_graph_breaks_give_one_template_per_graph(counters):
 
 
 def test_graph_disc_cannot_trace_runs_eagerly_warned(counters, monkeypatch):
-    from torch_disc import _compiled
+    from torch_disc.frontend import compiled as _compiled
 
     def refuse_relu(self, target, args, kwargs):
         if target is torch.ops.aten.relu.default:

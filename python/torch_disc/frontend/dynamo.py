@@ -4,7 +4,7 @@ AOTAutograd, runs on disc's compiler. Found through the
 
 On CPU tensors each ATen graph AOTAutograd makes (the inference graph, or
 the forward and the backward of a training step) is a
-:class:`torch_disc._compiled.CompiledGraph`: traced on disc once, then run at
+:class:`torch_disc.frontend.compiled.CompiledGraph`: traced on disc once, then run at
 every call with no tracing, one compile per structure across batch sizes and
 sequence lengths (``dynamic=True``, ``mark_dynamic`` or Dynamo's automatic
 dynamic shapes)::
@@ -16,7 +16,7 @@ On disc tensors the captured graph's ops join the lazy trace of the step
 around them, as the same code run eagerly would.
 
 :func:`torch_disc.compile` adds ``freeze=True``: parameters and buffers
-become constants of the graph (see :mod:`torch_disc._freeze`).
+become constants of the graph (see :mod:`torch_disc.frontend.freeze`).
 """
 import functools
 import warnings
@@ -35,8 +35,8 @@ def _compiler(frozen_ids: Collection[int]):
     """AOTAutograd's compiler for each ATen graph: inputs that are frozen
     tensors (by identity: AOTAutograd passes the module's own parameters)
     become constants, found at the first call."""
-    from ._compiled import CompiledGraph
-    from ._freeze import FrozenGraph
+    from .compiled import CompiledGraph
+    from .freeze import FrozenGraph
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs) -> Callable:
         if not frozen_ids:

@@ -39,7 +39,7 @@ import sympy
 import torch
 from torch.utils._sympy.printers import PythonPrinter
 
-from . import _C
+from .. import _C
 
 DISC = torch.device("disc")
 

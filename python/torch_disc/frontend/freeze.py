@@ -15,8 +15,8 @@ from typing import Collection, Dict, List, Optional, Sequence
 
 import torch
 
-from . import _C
-from ._compiled import CompiledGraph
+from .. import _C
+from .compiled import CompiledGraph
 
 aten = torch.ops.aten
 

@@ -2,7 +2,7 @@
 model's graph (``torch.export``'s, decomposed to core ATen), its weights and
 its input specs with symbolic dims; :func:`load`, in any process and without
 the model's Python code, returns a module that runs the graph on disc's
-compiler with its weights frozen (see ``torch_disc._freeze``)::
+compiler with its weights frozen (see ``torch_disc.frontend.freeze``)::
 
     >>> torch_disc.export(model, (ids, mask), "model.disc",
     ...                   dynamic_shapes=({0: batch, 1: length}, {0: batch, 1: length}))
@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from ._freeze import FrozenGraph
+from .freeze import FrozenGraph
 
 FORMAT = 1
 RECORD = "torch_disc.json"
