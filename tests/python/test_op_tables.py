@@ -1,7 +1,8 @@
-"""Op facts live in tables: lowering/ops.def (the compiler's) and
-lazy_backend/trace/aten_ops.def (tracing's). Checks the tables against
-themselves, against PyTorch's registrations, and that no other source file
-grows op facts of its own (string literals naming "aten::" ops)."""
+"""Op facts live in tables: lowering/ops.def (the compiler's),
+lazy_backend/trace/aten_ops.def (tracing's) and
+lazy_backend/accelerator/autocast_ops.def (autocast's policy). Checks the
+tables against themselves, against PyTorch's registrations, and that no other
+source file grows op facts of its own (string literals naming "aten::" ops)."""
 import os
 import re
 
@@ -89,3 +90,23 @@ def test_no_source_file_names_aten_ops_outside_the_tables():
                 if n:
                     found[os.path.relpath(path, ROOT)] = n
     assert found == NAMED_OUTSIDE_TABLES
+
+
+AUTOCAST_ROW = re.compile(r"^AUTOCAST_(?:OP\((\w+), (\w+)\)|OVERLOAD\((\w+), (\w+), (\w+)\))$", re.M)
+
+
+def autocast_rows():
+    text = open(os.path.join(ROOT, "lazy_backend", "accelerator", "autocast_ops.def")).read()
+    for m in AUTOCAST_ROW.finditer(text):
+        op, policy = (m.group(1), m.group(2)) if m.group(1) else (m.group(3) + "." + m.group(4), m.group(5))
+        yield op, policy
+
+
+def test_autocast_rows_are_registered_for_disc():
+    rows = list(autocast_rows())
+    assert len(rows) == 126
+    assert {p for _, p in rows} == {"lower_precision_fp", "fp32", "promote"}
+    for op, _ in rows:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + op, "AutocastPrivateUse1"), op
+    # An op in no row falls through: runs in the dtypes it is given.
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", "AutocastPrivateUse1")
