@@ -39,14 +39,14 @@ void count_plan(const lowering::CompileResult& r) {
     metrics::bump(std::string("pass_ns.") + t.pass, static_cast<int64_t>(t.ms * 1e6));
 }
 
-// Runs the compiler pipeline on a new graph. A failure is counted and
+// Runs `stage` of the compiler on a new graph. A failure is counted and
 // warned once per pass, never fatal: the graph then runs on the reference
 // executor.
-std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
+template <class Stage>
+bool compiled_without_error(Stage stage) {
   try {
-    if (fault_injected("pipeline"))
-      throw lowering::CompileError("fault-injection", 0, "none", "DISC_INJECT_FAULT=pipeline");
-    return lowering::compile(graph);
+    stage();
+    return true;
   } catch (const lowering::CompileError& e) {
     metrics::bump("compile_failures");
     static std::mutex mu;
@@ -54,8 +54,20 @@ std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
     std::lock_guard<std::mutex> lock(mu);
     if (warned.insert(std::string(e.what()).substr(0, std::string(e.what()).find(':'))).second)
       TORCH_WARN("disc: compiler pipeline failed, graph runs on the reference executor: ", e.what());
-    return std::nullopt;
+    return false;
   }
+}
+
+// The plan of a new graph (every pass before codegen), or nullopt.
+std::optional<lowering::CompileResult> plan(const ir::Graph& graph) {
+  std::optional<lowering::CompileResult> r;
+  if (!compiled_without_error([&] {
+        if (fault_injected("pipeline"))
+          throw lowering::CompileError("fault-injection", 0, "none", "DISC_INJECT_FAULT=pipeline");
+        r = lowering::plan(graph);
+      }))
+    return std::nullopt;
+  return r;
 }
 
 std::mutex& compile_mutex() {
@@ -73,11 +85,16 @@ std::shared_ptr<Executable> executable_for(const ir::Graph& graph, Executor& exe
   ProfilerRange range([&] { return "disc::compile " + ir::hash_hex(graph.hash); });
   const auto start = std::chrono::steady_clock::now();
   std::optional<lowering::CompileResult> r = plan(graph);
-  const uint64_t signature = r ? r->program.signature() : 0;
+  uint64_t signature = r ? r->program.signature() : 0;
   if (std::shared_ptr<Executable> same = cache.find_same_plan(graph, signature)) {
     metrics::bump("cache_revalidated");
     cache.insert(graph, signature, same, /*new_executable=*/false);
     return same;
+  }
+  // A plan no cached executable has: its kernels' code is written now.
+  if (r && !compiled_without_error([&] { lowering::write_code(*r, graph); })) {
+    r.reset();
+    signature = 0;
   }
   const lowering::Program* program = r ? &r->program : nullptr;
   // Compiled by an earlier process: its kernels come from disk.

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "lowering/passes/passes.h"
 #include "runtime/options.h"
@@ -47,19 +48,42 @@ void dump(const std::string& dir, const ir::Graph& g, size_t step, const char* p
 
 }  // namespace
 
-CompileResult compile(const ir::Graph& graph) {
-  CompileResult r{make_program(graph), {}};
+namespace {
+
+constexpr size_t kPasses = sizeof(kPipeline) / sizeof(kPipeline[0]);
+constexpr size_t kCodegen = kPasses - 1;  // the last pass writes the code
+
+// Runs passes [begin, end) of the pipeline on r.program, timing each and
+// dumping the program after it with DISC_DUMP_IR (its step number is its
+// place in the pipeline, so a listing reads in order however it was split).
+void run_range(CompileResult& r, const ir::Graph& graph, size_t begin, size_t end) {
   const std::string dump_dir = options::text(options::Id::kDumpIr);
   const bool dumping = !dump_dir.empty();
-  if (dumping) dump(dump_dir, graph, 0, "input", graph.to_string());
-  size_t step = 1;
-  for (const Pass& pass : kPipeline) {
+  if (dumping && begin == 0) dump(dump_dir, graph, 0, "input", graph.to_string());
+  for (size_t k = begin; k < end; ++k) {
+    const Pass& pass = kPipeline[k];
     auto start = std::chrono::steady_clock::now();
     pass.run(r.program);
     r.timings.push_back({pass.name, std::chrono::duration<double, std::milli>(
                                         std::chrono::steady_clock::now() - start).count()});
-    if (dumping) dump(dump_dir, graph, step++, pass.name, r.program.to_string());
+    if (dumping) dump(dump_dir, graph, k + 1, pass.name, r.program.to_string());
   }
+}
+
+}  // namespace
+
+CompileResult plan(const ir::Graph& graph) {
+  static_assert(std::string_view(kPipeline[kCodegen].name) == "codegen");
+  CompileResult r{make_program(graph), {}};
+  run_range(r, graph, 0, kCodegen);
+  return r;
+}
+
+void write_code(CompileResult& r, const ir::Graph& graph) { run_range(r, graph, kCodegen, kPasses); }
+
+CompileResult compile(const ir::Graph& graph) {
+  CompileResult r = plan(graph);
+  write_code(r, graph);
   return r;
 }
 

@@ -20,7 +20,14 @@ struct CompileResult {
 
 // Runs every pass on `graph`. With DISC_DUMP_IR=<dir>, writes the program
 // after each pass to <dir>/<hash>.<n>.<pass>.txt. Throws CompileError.
+// compile(g) is write_code(plan(g)): the sync's compile step plans first and
+// writes code only for a plan no cached executable has (a new size pattern
+// of a known structure usually plans the same).
 CompileResult compile(const ir::Graph& graph);
+// Every pass before codegen: the plan and its signature, no code.
+CompileResult plan(const ir::Graph& graph);
+// The passes plan() left out, on its result.
+void write_code(CompileResult& r, const ir::Graph& graph);
 
 // The pass names, in order (for tools and docs).
 std::vector<std::string> pass_names();

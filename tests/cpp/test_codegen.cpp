@@ -78,3 +78,17 @@ TEST(Codegen, PrintsEachKernelsCodeAfterThePlan) {
   EXPECT_NE(text.find("  code 0 @loop_kernel\n"), std::string::npos);
   EXPECT_NE(text.find("  code 1 @row_kernel\n"), std::string::npos);
 }
+
+TEST(Codegen, PlanLeavesItOutAndWriteCodeAddsIt) {
+  GraphBuilder b;
+  const ir::Graph g = ir::build_graph(two_kernels(b));
+  CompileResult r = plan(g);
+  EXPECT_EQ(r.program.plan.kernels.size(), 2u);
+  EXPECT_TRUE(r.program.plan.code.empty());
+  EXPECT_EQ(std::string(r.timings.back().pass), "publish-plan");
+  const uint64_t signature = r.program.signature();
+  write_code(r, g);
+  EXPECT_EQ(std::string(r.timings.back().pass), "codegen");
+  EXPECT_EQ(r.program.signature(), signature);  // the code is no decision of its own
+  EXPECT_EQ(r.program.to_string(), compile(g).program.to_string());
+}
