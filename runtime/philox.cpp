@@ -72,7 +72,11 @@ PhiloxBlock philox4x32(PhiloxBlock counter, std::array<uint32_t, 2> key) {
   return counter;
 }
 
+// x86: one clone per vector width, picked at load time by the CPU. Elsewhere
+// (AArch64) the vector extensions compile to the target's own vectors (NEON).
+#if defined(__x86_64__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t end, const float* x,
                  float* y, bool* mask) {
   const std::array<uint32_t, 2> key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};

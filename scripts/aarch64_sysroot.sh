@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# An arm64 sysroot of Debian 12's own packages (glibc, libstdc++, LLVM 15 /
+# MLIR 15, oneDNN, GoogleTest) for cross-building disc on this x86 machine
+# and running it under qemu-aarch64-static. Everything comes from Debian's
+# archive: the cross compiler and the emulator as host packages, the rest as
+# arm64 .debs unpacked (dpkg -x) into $DISC_AARCH64_DIR/sysroot, never
+# installed. Idempotent: a second run reuses the downloaded .debs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${DISC_AARCH64_DIR:-$PWD/.aarch64}
+ROOTS=(libc6-dev libstdc++-12-dev libmlir-15-dev llvm-15-dev libdnnl-dev libgtest-dev zlib1g-dev)
+
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+need=()
+for p in g++-aarch64-linux-gnu qemu-user-static; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+  $SUDO apt-get update -qq
+fi
+if ((${#need[@]})); then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+mkdir -p "$DIR/debs"
+if [ ! -f "$DIR/sysroot/.complete" ]; then
+  # Every package the roots need, recursively; arm64 builds where the
+  # package has one, the architecture-independent one otherwise.
+  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+      --no-replaces --no-enhances --no-pre-depends "${ROOTS[@]/%/:arm64}" 2>/dev/null |
+    grep -E '^[a-z0-9]' | sed 's/:arm64$//' | sort -u > "$DIR/packages.txt"
+  (cd "$DIR/debs"
+   while read -r p; do
+     ls "${p}"_*.deb >/dev/null 2>&1 && continue
+     apt-get download -qq "$p:arm64" >/dev/null 2>&1 || apt-get download -qq "$p" >/dev/null 2>&1 ||
+       echo "aarch64_sysroot: no package $p" >&2
+   done < "$DIR/packages.txt")
+  rm -rf "$DIR/sysroot" && mkdir -p "$DIR/sysroot"
+  for d in "$DIR"/debs/*.deb; do dpkg -x "$d" "$DIR/sysroot"; done
+  # Absolute symlinks point into the host's /usr: make them relative to the
+  # sysroot, so the cross linker and qemu -L find the arm64 files.
+  find "$DIR/sysroot" -type l | while read -r link; do
+    target=$(readlink "$link")
+    case "$target" in
+      /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$DIR/sysroot$target")" "$link" ;;
+    esac
+  done
+  touch "$DIR/sysroot/.complete"
+fi
+echo "aarch64_sysroot: $DIR/sysroot ($(du -sh "$DIR/sysroot" | cut -f1))"
