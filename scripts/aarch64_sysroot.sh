@@ -13,12 +13,14 @@ ROOTS=(libc6-dev libstdc++-12-dev libmlir-15-dev llvm-15-dev libdnnl-dev libgtes
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 need=()
 for p in g++-aarch64-linux-gnu qemu-user-static; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+# One index update serves both: the arm64 package lists and the host tools.
+update=$((${#need[@]} > 0))
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   $SUDO dpkg --add-architecture arm64
-  $SUDO apt-get update -qq
+  update=1
 fi
+((update)) && $SUDO apt-get update -qq
 if ((${#need[@]})); then
-  $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 

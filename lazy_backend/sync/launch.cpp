@@ -16,6 +16,9 @@ namespace disc {
 
 namespace {
 
+// graph_clock_ns(): like execute_ns, but never reset with the metrics.
+std::atomic<int64_t> g_graph_clock_ns{0};
+
 // Whether the graph reads a result that an earlier launch, which failed,
 // never delivered: then it does not run (the worker must not wait for the
 // recovery, which runs on the host); settle() recovers it after the
@@ -37,9 +40,6 @@ bool reads_lost_result(const ir::Graph& g) {
 // allocated those nodes, and freeing them on the worker thread cost the
 // MNIST MLP step ~80 us of worker time (cross-thread frees), a tenth of it.
 // It holds the graph's inputs a little longer; the results are let go here.
-// graph_clock_ns(): like execute_ns, but never reset with the metrics.
-std::atomic<int64_t> g_graph_clock_ns{0};
-
 void execute(Launch& l) {
   NoPythonDispatch no_python;
   if (reads_lost_result(l.graph)) {
@@ -123,11 +123,11 @@ const bool settler_installed = (set_future_settler(&settle_for_reader), true);
 
 }  // namespace
 
+int64_t graph_clock_ns() { return g_graph_clock_ns.load(std::memory_order_relaxed); }
+
 // Hands the pending graph over: its results become future data leaves,
 // bound at once, and the graph runs on the worker or, with DISC_ASYNC=0,
 // right here (and is recovered here if it fails).
-int64_t graph_clock_ns() { return g_graph_clock_ns.load(std::memory_order_relaxed); }
-
 void launch(const Pending& pending, ir::Graph graph, std::shared_ptr<Executable> exe,
             std::string profiler_name) {
   auto l = std::make_shared<Launch>();
