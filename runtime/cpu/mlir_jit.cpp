@@ -132,32 +132,91 @@ mlir::LogicalResult approximate_math(mlir::ModuleOp module) {
 }
 
 // The CPU generated code is for: the host, or, where DISC_CPU_ISA caps the
-// ISA, the psABI level of the cap (x86-64-v2 / v3 / v4) and nothing above
-// it, so no instruction the capped CPU lacks can be emitted.
+// ISA, the level of the cap and nothing above it, so no instruction the
+// capped CPU lacks can be emitted: x86's psABI level (x86-64-v2 / v3 / v4),
+// or AArch64's generic CPU with the cap's extensions.
 struct JitTarget {
   std::string cpu;
   std::vector<std::string> features;  // "+avx2", sorted
+  int sve_bits = 0;                   // fixed-length code for this SVE vector length
 };
+
+#if defined(__x86_64__)
+constexpr const char* kGenericCpu = "x86-64";
+#else
+constexpr const char* kGenericCpu = "generic";
+#endif
+
+// AArch64's extensions up to `isa`; those above it are switched off, so a
+// host CPU name cannot bring them back.
+std::vector<std::string> aarch64_features(CpuIsa isa) {
+  auto on = [&](CpuIsa level) { return cpu_isa_at_least(isa, level) ? "+" : "-"; };
+  return {on(CpuIsa::kNeon) + std::string("neon"), on(CpuIsa::kSve) + std::string("sve"),
+          on(CpuIsa::kSveBf16) + std::string("bf16")};
+}
 
 JitTarget jit_target() {
   JitTarget t;
+  const CpuIsa isa = cpu_isa();
   if (!cpu_isa_capped()) {
     t.cpu = llvm::sys::getHostCPUName().str();
     llvm::StringMap<bool> host;
     if (llvm::sys::getHostCPUFeatures(host))
       for (const auto& f : host) t.features.push_back((f.getValue() ? "+" : "-") + f.getKey().str());
   } else {
-    switch (cpu_isa()) {
-      case CpuIsa::kGeneric: t.cpu = "x86-64"; break;
+    switch (isa) {
+      case CpuIsa::kGeneric: t.cpu = kGenericCpu; break;
       case CpuIsa::kSse42: t.cpu = "x86-64-v2"; break;
       case CpuIsa::kAvx2: t.cpu = "x86-64-v3"; break;
       case CpuIsa::kAvx512: t.cpu = "x86-64-v4"; break;
       case CpuIsa::kAvx512Bf16:
       case CpuIsa::kAmx: t.cpu = "x86-64-v4", t.features = {"+avx512bf16"}; break;
+      case CpuIsa::kNeon:
+      case CpuIsa::kSve:
+      case CpuIsa::kSveBf16: t.cpu = "generic"; break;
     }
   }
+#if defined(__aarch64__)
+  // LLVM reads an Arm CPU's features from /proc/cpuinfo, which qemu's user
+  // mode does not emulate: the kernel's hardware capabilities (cpu_isa())
+  // decide NEON, SVE and BF16 either way.
+  for (const std::string& f : aarch64_features(isa)) {
+    std::erase_if(t.features, [&](const std::string& g) { return g.substr(1) == f.substr(1); });
+    t.features.push_back(f);
+  }
+  if (cpu_isa_at_least(isa, CpuIsa::kSve)) t.sve_bits = sve_vector_bits();
+#endif
   std::sort(t.features.begin(), t.features.end());
   return t;
+}
+
+// LLVM 15 crashes lowering the arguments of a function that takes or
+// returns fixed-width vectors when SVE holds them (vscale_range > 1): such
+// functions (the vector exp) keep NEON registers at their boundary.
+bool has_vector_signature(const llvm::Function& f) {
+  if (f.getReturnType()->isVectorTy()) return true;
+  for (const llvm::Argument& a : f.args())
+    if (a.getType()->isVectorTy()) return true;
+  return false;
+}
+
+// Every function is compiled for the JIT target: the target machine's CPU
+// and features are only defaults, which the engine's own code generator
+// takes from the host. With SVE, vscale_range fixes the vector length, so
+// LLVM may put the kernels' fixed-width vectors in SVE registers.
+void set_target_attributes(llvm::Module* m, const JitTarget& target) {
+  llvm::SubtargetFeatures features;
+  for (const std::string& f : target.features) features.AddFeature(f);
+  const std::string feature_text = features.getString();
+  for (llvm::Function& f : *m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", target.cpu);
+    f.addFnAttr("target-features", feature_text);
+    if (target.sve_bits >= 128 && !has_vector_signature(f)) {
+      const unsigned vscale = target.sve_bits / 128;
+      f.addFnAttr(llvm::Attribute::getWithVScaleRangeArgs(m->getContext(), vscale, vscale));
+    }
+  }
 }
 
 // LLVM's -O3 for the target CPU (its vector widths for the vectorizer; a
@@ -165,10 +224,10 @@ JitTarget jit_target() {
 // reassociated so that sum / max reductions vectorize: a reordered float
 // reduction, as torch's own vectorized kernels do.
 std::function<llvm::Error(llvm::Module*)> target_optimizer() {
+  static const JitTarget target = jit_target();
   static std::unique_ptr<llvm::TargetMachine> tm = [] {
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!builder) return std::unique_ptr<llvm::TargetMachine>();
-    const JitTarget target = jit_target();
     builder->setCPU(target.cpu);
     llvm::SubtargetFeatures features;
     for (const std::string& f : target.features) features.AddFeature(f);
@@ -178,6 +237,7 @@ std::function<llvm::Error(llvm::Module*)> target_optimizer() {
   }();
   auto optimize = mlir::makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, tm.get());
   return [optimize](llvm::Module* m) {
+    set_target_attributes(m, target);
     for (llvm::Function& f : *m)
       for (llvm::Instruction& inst : llvm::instructions(f))
         if (llvm::isa<llvm::FPMathOperator>(inst) && !llvm::isa<llvm::CallInst>(inst))
@@ -193,7 +253,7 @@ JitModule::~JitModule() = default;
 
 // Bump when the lowering or the LLVM options change: cached objects made by
 // an older pipeline must not be relinked.
-constexpr const char* kPipelineVersion = "jit-2";
+constexpr const char* kPipelineVersion = "jit-3";
 
 std::string host_target() {
   const JitTarget t = jit_target();
@@ -201,6 +261,7 @@ std::string host_target() {
                   llvm::sys::getProcessTriple() + "/" + t.cpu;
   for (const std::string& f : t.features)
     if (f[0] == '+') s += "," + f.substr(1);
+  if (t.sve_bits) s += ",vl" + std::to_string(t.sve_bits);
   return s;
 }
 

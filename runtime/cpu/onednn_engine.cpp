@@ -17,14 +17,21 @@ dnnl::cpu_isa onednn_isa(CpuIsa isa) {
     case CpuIsa::kAvx2: return dnnl::cpu_isa::avx2;
     case CpuIsa::kAvx512: return dnnl::cpu_isa::avx512_core;
     case CpuIsa::kAvx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
-    case CpuIsa::kAmx: break;
+    case CpuIsa::kAmx:
+    case CpuIsa::kNeon:
+    case CpuIsa::kSve:
+    case CpuIsa::kSveBf16: break;
   }
   return dnnl::cpu_isa::all;
 }
 
 void cap_isa() {
   // Uncapped, oneDNN keeps its own default (ONEDNN_MAX_CPU_ISA, else all).
+  // oneDNN's API caps x86 ISAs only: on AArch64 its own JIT kernels (SVE
+  // ones where the CPU has SVE) stay whatever disc's cap.
+#if defined(__x86_64__)
   if (cpu_isa_capped()) dnnl::set_max_cpu_isa(onednn_isa(cpu_isa()));
+#endif
 }
 
 }  // namespace

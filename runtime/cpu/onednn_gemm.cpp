@@ -401,6 +401,7 @@ PrimitiveUse onednn_gemm_packed(const Gemm& g, const PackedB& p) {
 }
 
 bool onednn_bf16_native() {
+#if defined(__x86_64__)
   // An ISA value is the bit set of what it includes (AMX includes BF16).
   // After the engine: it caps oneDNN's ISA to disc's (DISC_CPU_ISA).
   static const bool native = [] {
@@ -409,6 +410,11 @@ bool onednn_bf16_native() {
     return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
   }();
   return native;
+#else
+  // oneDNN's AArch64 bf16 GEMMs and convolutions come from the Arm Compute
+  // Library, which Debian's oneDNN is built without: bf16 is widened to f32.
+  return false;
+#endif
 }
 
 void set_sized_gemms(bool on) { options::set(options::Id::kGemmSized, on ? "1" : "0"); }

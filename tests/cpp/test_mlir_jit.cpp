@@ -77,15 +77,23 @@ TEST(MlirJit, HostTargetNamesLlvmAndCpu) {
 }
 
 // Under DISC_CPU_ISA (test.sh runs this binary capped too) kernels are made
-// for the cap's psABI level, and the persistent cache's key says so: a kernel
-// made for a wider ISA is never loaded.
+// for the cap's level (x86: its psABI CPU; AArch64: the generic CPU), and
+// the persistent cache's key says so: a kernel made for a wider ISA is never
+// loaded.
 TEST(MlirJit, CappedTargetNamesItsLevelAndNothingAboveIt) {
   using disc::runtime::CpuIsa;
+  using disc::runtime::cpu_isa_at_least;
   if (!disc::runtime::cpu_isa_capped()) GTEST_SKIP() << "DISC_CPU_ISA does not cap this CPU";
   const std::string t = disc::runtime::host_target();
+  const CpuIsa isa = disc::runtime::cpu_isa();
+#if defined(__aarch64__)
+  EXPECT_NE(t.find("/generic"), std::string::npos) << t;
+  if (!cpu_isa_at_least(isa, CpuIsa::kSve)) EXPECT_EQ(t.find(",sve"), std::string::npos) << t;
+#else
   EXPECT_NE(t.find("/x86-64"), std::string::npos) << t;
-  if (disc::runtime::cpu_isa() <= CpuIsa::kAvx2) EXPECT_EQ(t.find("avx512"), std::string::npos) << t;
-  if (disc::runtime::cpu_isa() <= CpuIsa::kSse42) EXPECT_EQ(t.find("avx"), std::string::npos) << t;
+  if (!cpu_isa_at_least(isa, CpuIsa::kAvx512)) EXPECT_EQ(t.find("avx512"), std::string::npos) << t;
+  if (!cpu_isa_at_least(isa, CpuIsa::kAvx2)) EXPECT_EQ(t.find("avx"), std::string::npos) << t;
+#endif
 }
 
 TEST(MlirJit, ParseErrorsCarryTheDiagnostic) {
@@ -164,7 +172,9 @@ class ExpVariants : public ::testing::TestWithParam<int> {
     using disc::lowering::Pow2;
     if (GetParam() == 0) return run_elementwise("func.call @disc_expf(%x) : (f32) -> f32", a);
     const Pow2 pow2 = GetParam() == 1 ? Pow2::kExponentBits : Pow2::kScalef;
-    if (pow2 == Pow2::kScalef && disc::runtime::cpu_isa() < disc::runtime::CpuIsa::kAvx512) return {};
+    if (pow2 == Pow2::kScalef &&
+        !disc::runtime::cpu_isa_at_least(disc::runtime::cpu_isa(), disc::runtime::CpuIsa::kAvx512))
+      return {};
     return run_elementwise("func.call @disc_expf16(%x) : (vector<16xf32>) -> vector<16xf32>", a, pow2);
   }
 };

@@ -231,7 +231,9 @@ TEST(OnednnConv, NhwcRunsWithoutActivationReorders) {
   f.layout = {ActLayout::kNchw, ConvPlacement::kBest};  // nChw16c: src and dst move too
   r = onednn_conv_forward(f);
   EXPECT_EQ(r.act_reorders, 2);
-  EXPECT_EQ(r.weight_reorders, 1);
+  // Whether the weights move is oneDNN's choice of kernel: its AArch64
+  // NEON-only convolution reads them plain.
+  EXPECT_LE(r.weight_reorders, 1);
 }
 
 TEST(OnednnConv, EmptyBatchRunsNothingAndEmptySumsAreZero) {

@@ -18,10 +18,27 @@ def test_this_build_has_every_cpu_component():
     components = torch_disc.build_components()
     assert {k: components[k] for k in ("cpu_codegen", "onednn")} == {"cpu_codegen": True, "onednn": True}
     # The ISA level in use: the CPU's, or DISC_CPU_ISA's cap below it.
-    levels = ["generic", "sse4.2", "avx2", "avx512", "avx512_bf16", "amx"]
     native, cap = torch_disc._C.native_cpu_isa(), os.environ.get("DISC_CPU_ISA", "native")
+    levels = ISA_LEVELS["aarch64" if native in ISA_LEVELS["aarch64"][1:] else "x86"]
     want = native if cap == "native" else min(cap, native, key=levels.index)
     assert components["cpu_isa"] == want
+
+
+# Each family's levels, lowest first; "generic" (no vector extension) is
+# below both.
+ISA_LEVELS = {"x86": ["generic", "sse4.2", "avx2", "avx512", "avx512_bf16", "amx"],
+              "aarch64": ["generic", "neon", "sve", "sve_bf16"]}
+
+
+def test_a_cap_from_the_other_isa_family_is_a_clear_error():
+    native = torch_disc._C.native_cpu_isa()
+    other = "avx2" if native in ISA_LEVELS["aarch64"][1:] else "neon"
+    code = "import torch_disc; torch_disc.build_components()"
+    env = dict(os.environ, DISC_CPU_ISA=other, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0
+    assert f"DISC_CPU_ISA={other}" in run.stderr and f"this CPU is {native}" in run.stderr
 
 
 @pytest.fixture(scope="module")

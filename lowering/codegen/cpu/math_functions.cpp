@@ -127,7 +127,7 @@ const std::string& expf_function(uint32_t width, Pow2 pow2) {
 
 Pow2 host_pow2() {
   static const Pow2 best =
-      runtime::cpu_isa() >= runtime::CpuIsa::kAvx512 ? Pow2::kScalef : Pow2::kExponentBits;
+      runtime::cpu_isa_at_least(runtime::cpu_isa(), runtime::CpuIsa::kAvx512) ? Pow2::kScalef : Pow2::kExponentBits;
   return best;
 }
 
