@@ -2,6 +2,7 @@
 without the model's code, run on disc at every size the specs allow; bad
 inputs and bad files are clear errors."""
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -11,6 +12,7 @@ import torch
 from torch.export import Dim
 
 import torch_disc
+from torch_disc.frontend.export import FORMAT
 
 SERVE = """
 import sys, torch, torch_disc
@@ -93,5 +95,66 @@ def test_damaged_foreign_and_other_version_files_are_clear_errors(exported, tmp_
             if item.filename.endswith("torch_disc.json"):
                 body = json.dumps(dict(json.loads(body), format=99)).encode()
             dst.writestr(item, body)
-    with pytest.raises(ValueError, match="has format 99, this torch_disc reads format 1"):
+    with pytest.raises(ValueError, match=f"has format 99, this torch_disc reads format {FORMAT}"):
         torch_disc.load(str(other))
+
+
+SERVE_WITHOUT = """
+import sys, torch
+if sys.argv[3] == "blocked":
+    sys.modules["transformers"] = None  # any import of it now fails
+import torch_disc
+served = torch_disc.load(sys.argv[1])
+ids, want = torch.load(sys.argv[2])
+out = served(ids)
+torch.testing.assert_close(out["last_hidden_state"], want["last_hidden_state"], rtol=1e-4, atol=1e-4)
+torch.testing.assert_close(out["pooler_output"], want["pooler_output"], rtol=1e-4, atol=1e-4)
+print(type(out).__module__ + "." + type(out).__name__, sorted(out.keys()),
+      "transformers" in sys.modules and sys.modules["transformers"] is not None)
+"""
+
+
+def test_a_transformers_model_loads_where_transformers_does_not_import(tmp_path):
+    # BertModel returns a ModelOutput: the archive must not need transformers
+    # to deserialize. Where it imports, the output is that type again.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=64)
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 12))
+    path = str(tmp_path / "bert.disc")
+    torch_disc.export(model, (ids,), path)
+    with torch.no_grad():
+        want = model(ids)
+    torch.save((ids, {k: want[k] for k in ("last_hidden_state", "pooler_output")}), tmp_path / "ref.pt")
+    runs = {}
+    for mode in ("blocked", "importable"):
+        r = subprocess.run([sys.executable, "-c", SERVE_WITHOUT, path, str(tmp_path / "ref.pt"), mode],
+                           capture_output=True, text=True, cwd=str(tmp_path), timeout=300,
+                           env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        assert r.returncode == 0, r.stderr
+        runs[mode] = r.stdout.split()
+    fields = "['last_hidden_state', 'pooler_output']"
+    assert " ".join(runs["blocked"]) == f"builtins.dict {fields} False"
+    assert " ".join(runs["importable"]) == (
+        f"transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions {fields} True")
+
+
+def test_an_output_type_without_string_keys_is_refused_at_export(tmp_path):
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    torch.utils._pytree.register_pytree_node(
+        Pair, lambda p: ([p.a, p.b], None), lambda xs, _: Pair(*xs))
+    try:
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return Pair(x + 1, x * 2)
+
+        with pytest.raises(TypeError, match=r"returns a .*Pair, which is not a tuple, list"):
+            torch_disc.export(Model(), (torch.randn(3),), str(tmp_path / "pair.disc"))
+    finally:
+        torch.utils._pytree._deregister_pytree_node(Pair)

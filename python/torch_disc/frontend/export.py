@@ -10,9 +10,17 @@ compiler with its weights frozen (see ``torch_disc.frontend.freeze``)::
     >>> served(ids, mask)
 
 The file is ``torch.export.save``'s archive with a ``torch_disc.json``
-record (format, versions, input specs). Kernels are rebuilt from the graph
-when it is first called (from the persistent kernel cache when it is on).
+record (format, versions, input specs, output structure). Kernels are rebuilt
+from the graph when it is first called (from the persistent kernel cache when
+it is on).
+
+The archive needs only torch to load. Outputs are saved as a flat tuple and
+their structure (tuples, lists, dicts, namedtuples, and dict-like types such
+as Hugging Face's ``ModelOutput``) in the record: :func:`load` returns the
+recorded type where its module imports, else a plain dict of the same fields
+(a tuple or list stays one).
 """
+import importlib
 import json
 import os
 import zipfile
@@ -23,7 +31,7 @@ from torch.utils import _pytree as pytree
 
 from .freeze import FrozenGraph
 
-FORMAT = 1
+FORMAT = 2
 RECORD = "torch_disc.json"
 
 
@@ -64,10 +72,60 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str,
     it. Writes ``path``; returns it."""
     ep = torch.export.export(model, tuple(example_inputs), kwargs=kwargs, dynamic_shapes=dynamic_shapes)
     ep = ep.run_decompositions(_decompositions())
-    record = dict(_versions(), inputs=_input_specs(ep))
+    record = dict(_versions(), inputs=_input_specs(ep), outputs=_structure(ep.call_spec.out_spec))
+    _flatten_outputs(ep)
     with open(path, "wb") as f:  # a file object: any name, not only *.pt2
         torch.export.save(ep, f, extra_files={RECORD: json.dumps(record, indent=1)})
     return path
+
+
+def _structure(spec) -> Any:
+    """The output tree as JSON: None for a tensor (or other leaf), else its
+    kind, the type's "module:qualname" and its keys where it has them."""
+    if spec.is_leaf():
+        return None
+    t, items = spec.type, [_structure(c) for c in spec.children()]
+    name = f"{t.__module__}:{t.__qualname__}"
+    if t is type(None):
+        return {"kind": "none"}
+    if t in (tuple, list):
+        return {"kind": t.__name__, "items": items}
+    keys = list(t._fields) if hasattr(t, "_fields") else spec.context
+    if not (isinstance(keys, list) and len(keys) == len(items) and all(isinstance(k, str) for k in keys)):
+        raise TypeError(f"torch_disc.export: the model returns a {name}, which is not a tuple, list, "
+                        f"namedtuple or a dict-like type with string keys: return one of those")
+    return {"kind": "keyed", "type": name, "keys": keys, "items": items}
+
+
+def _flatten_outputs(ep) -> None:
+    """The archive's output spec becomes a flat tuple: deserializing a
+    library's output type would need that library imported first."""
+    signature = ep.module_call_graph[0].signature
+    signature.out_spec = pytree.tree_structure(tuple(range(signature.out_spec.num_leaves)))
+
+
+def _output_type(name: str) -> Optional[type]:
+    module, _, qualname = name.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, type) else None
+
+
+def _rebuild(structure: Any, leaves) -> Any:
+    if structure is None:
+        return next(leaves)
+    if structure["kind"] == "none":
+        return None
+    items = [_rebuild(s, leaves) for s in structure["items"]]
+    if structure["kind"] in ("tuple", "list"):
+        return tuple(items) if structure["kind"] == "tuple" else items
+    fields = dict(zip(structure["keys"], items))
+    t = _output_type(structure["type"])
+    return fields if t is None else t(**fields)
 
 
 def _user_inputs(ep) -> List[torch.fx.Node]:
@@ -114,7 +172,7 @@ class ExportedModule(torch.nn.Module):
     def __init__(self, ep, record: Dict[str, Any], path: str):
         super().__init__()
         self.path, self.inputs = path, record["inputs"]
-        self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
+        self._in_spec, self._outputs = ep.call_spec.in_spec, record["outputs"]
         self._user = _user_inputs(ep)
         state = {**ep.state_dict, **ep.constants}
         self._weights = [state[s.target] for s in ep.graph_signature.input_specs
@@ -132,7 +190,7 @@ class ExportedModule(torch.nn.Module):
         flat = [a.cpu() if isinstance(a, torch.Tensor) and a.device.type != "cpu" else a for a in flat]
         self._check(flat)
         out = self._graph([*self._weights, *flat])
-        return pytree.tree_unflatten(list(out[len(out) - self._user_outputs:]), self._out_spec)
+        return _rebuild(self._outputs, iter(out[len(out) - self._user_outputs:]))
 
     def _check(self, flat: Sequence[Any]) -> None:
         """Inputs against the exported specs: rank, dtype, and each dim
