@@ -184,6 +184,19 @@ inline std::vector<Case> sweep() {
       auto s = b.op("aten::add.Tensor", {x, mask}, {2, 3, 6}, {B::scalar(1)});
       return b.op(op, {s}, {2, 3, 6}, {B::integer(2), B::boolean(false)});
     }});
+  cases.push_back({"_softmax of bf16 rows", [=](B& b) {
+    auto s = b.op("aten::_softmax", {b.param({4, 6}, ir::DType::kBFloat16)}, {4, 6},
+                  {B::integer(1), B::boolean(false)});
+    s.node->outputs[0].dtype = ir::DType::kBFloat16;
+    return s;
+  }});
+  cases.push_back({"_softmax_backward_data of bf16 rows", [=](B& b) {
+    auto g = b.param({4, 6}, ir::DType::kBFloat16), y = b.param({4, 6}, ir::DType::kBFloat16);
+    ir::Attr dtype = ir::Attr::of_int(ir::Attr::Kind::kDType, static_cast<int64_t>(ir::DType::kBFloat16));
+    auto d = b.op("aten::_softmax_backward_data", {g, y}, {4, 6}, {B::integer(1), dtype});
+    d.node->outputs[0].dtype = ir::DType::kBFloat16;
+    return d;
+  }});
   cases.push_back({"_safe_softmax", [=](B& b) {
     return b.op("aten::_safe_softmax", {f(b)}, {4, 6}, {B::integer(1), none});
   }});

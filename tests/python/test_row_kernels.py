@@ -88,6 +88,63 @@ def test_stitch_ops_are_one_kernel_forward_and_one_backward(name):
     assert (bwd["launches.fused"], bwd["launches.aten"]) == (1, 0)
 
 
+# (A bf16 op with a Python scalar stays on ATen: these take the rows as they are.)
+BF16_SOFTMAXES = {"softmax": lambda x: torch.softmax(x, -1),
+                  "log_softmax": lambda x: torch.log_softmax(x, -1),
+                  "safe_softmax": lambda x: torch._safe_softmax(x, -1)}
+
+
+def bf16_ulps(a, b):
+    """|a - b| in units of bf16's last place at b (2^-7 of its binade)."""
+    b = b.float()
+    ulp = torch.exp2(torch.floor(torch.log2(b.abs().clamp_min(2.0 ** -126))) - 7)
+    return ((a.float() - b).abs() / ulp).nan_to_num(0.0)
+
+
+@pytest.mark.parametrize("shape", [(4, 37), (3, 5, 64), (2, 3, 4, 33), (64, 10)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(BF16_SOFTMAXES))
+def test_bf16_softmaxes_are_one_kernel_computed_in_f32_and_rounded_once(name, shape):
+    # bf16 in, f32 inside, each element rounded once on the way out: no
+    # ATen kernel and no f32 copy of the rows. softmax's forward and every
+    # backward give eager's bits; log_softmax is the f32 answer correctly
+    # rounded, where eager's CPU kernel is up to 1.5 ulp off, so the two
+    # differ by at most one ulp.
+    fn = BF16_SOFTMAXES[name]
+    torch.manual_seed(0)
+    x = torch.randn(shape).bfloat16()
+    if name == "safe_softmax":  # some -inf, and a row all -inf where there are rows
+        x = x.masked_fill(x > 1, float("-inf"))
+        x.view(-1, shape[-1])[1] = float("-inf")
+    g = torch.randn(shape).bfloat16()
+    want, want_f32 = fn(x), fn(x.float())
+    xd = x.to("disc").requires_grad_()
+    torch_disc.sync()
+    torch_disc.metrics.reset()
+    y = fn(xd)
+    got = y.detach().cpu()
+    fwd = torch_disc.metrics.counters()
+    assert got.dtype == torch.bfloat16
+    assert (fwd["launches.fused"], fwd["launches.aten"], fwd.get("codegen.declined", 0)) == (1, 0, 0)
+    assert bf16_ulps(got, want_f32).max() <= 0.5 + 2 ** -10
+    if name == "log_softmax":
+        assert bf16_ulps(got, want).max() <= 1
+    else:
+        assert torch.equal(got, want)
+    # The backward of each device's own output: the same formula on the
+    # same bf16 inputs.
+    xc = x.clone().requires_grad_()
+    yc = fn(xc)
+    yc.backward(g)
+    torch_disc.metrics.reset()
+    y.backward(g.to("disc"))
+    grad = xd.grad.cpu()
+    bwd = torch_disc.metrics.counters()
+    assert bwd["launches.aten"] == 0 and bwd.get("codegen.declined", 0) == 0
+    if name != "log_softmax":
+        assert torch.equal(grad, xc.grad)
+
+
 def test_safe_softmax_gives_zero_for_fully_masked_rows(counters):
     # Scaled-dot-product attention on disc runs ATen's math path, whose
     # softmax is _safe_softmax: a query that may attend to nothing gets 0,

@@ -32,8 +32,8 @@ bool GroupAnalysis::analyze(std::string* why) {
   if (R == 0) return fail(why, row_op_, "0-dim input");
   kernel_.rank = std::max<uint32_t>(R, 2);
   for (const ir::TensorType& t : row.outputs)
-    if (t.dtype != ir::DType::kFloat32 && !t.undefined)
-      return fail(why, row_op_, "only f32 outputs are generated");
+    if (t.dtype != ir::DType::kFloat32 && !t.undefined && !bf16_row_output(t))
+      return fail(why, row_op_, "only f32 outputs (bf16 for softmaxes) are generated");
   kernel_.per_outer = R >= 3 && reduces_dims_before_last(row, R, 1);
   column_ = kernel_.per_outer || reduces_dims_before_last(row, R, 0);
   if (!column_ && !last_dim_only(row, R))
@@ -107,6 +107,14 @@ bool GroupAnalysis::collect(std::string* why) {
     for (uint32_t k = 0; k < n.runtime.size(); ++k) kernel_.runtime.push_back({op, k});
   }
   return true;
+}
+
+// A softmax (or its backward) of bf16 rows: computed in f32, each element
+// rounded once when stored, as ATen's CPU and CUDA kernels do.
+bool GroupAnalysis::bf16_row_output(const ir::TensorType& t) const {
+  const bool softmaxes = row_ == Op::kSoftmax || row_ == Op::kLogSoftmax || row_ == Op::kSafeSoftmax ||
+                         row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward;
+  return softmaxes && t.dtype == ir::DType::kBFloat16 && codegen_takes_dtypes(p_, row_op_);
 }
 
 bool GroupAnalysis::is_reduction() const {

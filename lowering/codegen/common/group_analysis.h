@@ -50,6 +50,7 @@ class GroupAnalysis {
     return p_.ops[r.node].node->outputs.at(r.index);
   }
   bool is_reduction() const;
+  bool bf16_row_output(const ir::TensorType& t) const;
 
   const Program& p_;
   const FusionGroup& group_;

@@ -77,9 +77,15 @@ void KernelEmitter::emit_softmax() {
     masked_row = s.cmp("oeq", mx, identity(Acc::kMax, 0));
     mx = s.select(masked_row, s.constant(0.0), mx);
   }
+  // The exps are kept in a f32 output for the last pass; a bf16 one would
+  // round them twice, so they are computed again.
+  const bool keep_exps = !log && output_dtype(out0) == ir::DType::kFloat32;
+  auto exp_of_shifted = [&](Variant& v) {
+    return v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
+  };
   std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
-    std::string e = v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
-    if (!log) store(v, out0, e);
+    std::string e = exp_of_shifted(v);
+    if (keep_exps) store(v, out0, e);
     return std::vector{e};
   })[0];
   // As ATen: log_softmax subtracts log(sum); softmax multiplies by 1/sum.
@@ -91,7 +97,8 @@ void KernelEmitter::emit_softmax() {
       std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
       store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
     } else {
-      store(v, out0, v.e.binary("arith.mulf", load_output(v, out0), v.e.splat(inv_sum)));
+      const std::string e = keep_exps ? load_output(v, out0) : exp_of_shifted(v);
+      store(v, out0, v.e.binary("arith.mulf", e, v.e.splat(inv_sum)));
     }
     return std::vector<std::string>{};
   });

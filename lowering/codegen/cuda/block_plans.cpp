@@ -120,16 +120,24 @@ void CudaEmitter::softmax() {
     masked = let(mx + " == disc_neg_inf() ? 1.0f : 0.0f");
     mx = let(masked + " != 0.0f ? 0.0f : " + mx);
   }
+  // A bf16 output would round the kept exps twice: they are computed again.
+  const KernelOutput& o = k_.outputs[out0];
+  const bool keep_exps = !log && p_.ops[o.op].node->outputs[o.index].dtype == ir::DType::kFloat32;
+  auto exp_of_shifted = [&] { return let("expf(" + producers(false)[0] + " - " + mx + ")"); };
   const std::string sum = pass({Acc::kAdd}, [&] {
-    const std::string e = let("expf(" + producers(false)[0] + " - " + mx + ")");
-    if (!log) store(out0, "row * n + j", e);
+    const std::string e = exp_of_shifted();
+    if (keep_exps) store(out0, "row * n + j", e);
     return std::vector{e};
   })[0];
   std::string scale = log ? let("logf(" + sum + ")") : let("1.0f / " + sum);
   if (!masked.empty()) scale = let(masked + " != 0.0f ? 0.0f : " + scale);
   pass({}, [&] {
-    if (log) store(out0, "row * n + j", let(producers(false)[0] + " - " + mx + " - " + scale));
-    else store(out0, "row * n + j", let("out" + std::to_string(out0) + "[row * n + j] * " + scale));
+    if (log) {
+      store(out0, "row * n + j", let(producers(false)[0] + " - " + mx + " - " + scale));
+    } else {
+      const std::string e = keep_exps ? "out" + std::to_string(out0) + "[row * n + j]" : exp_of_shifted();
+      store(out0, "row * n + j", let(e + " * " + scale));
+    }
     return std::vector<std::string>{};
   });
 }
