@@ -54,9 +54,10 @@ inline ir::NodePtr layer_norm(GraphBuilder& b, ir::Value x, std::optional<ir::Va
 
 // native_layer_norm_backward(dy, x, [6], mean, rstd, weight?, bias,
 // [True, weight?, True]) over [4, 6]: dx, and dw (with a weight) and db
-// summed per column.
-inline ir::NodePtr layer_norm_backward(GraphBuilder& b, ir::Value dy, bool weight) {
-  ir::Value x = b.param({4, 6}), mean = b.param({4, 1}), rstd = b.param({4, 1}), bias = b.param({6});
+// summed per column. x in `rows`' dtype (dy's is the caller's).
+inline ir::NodePtr layer_norm_backward(GraphBuilder& b, ir::Value dy, bool weight,
+                                       ir::DType rows = ir::DType::kFloat32) {
+  ir::Value x = b.param({4, 6}, rows), mean = b.param({4, 1}), rstd = b.param({4, 1}), bias = b.param({6});
   std::vector<ir::Value> ins{dy, x, mean, rstd};
   if (weight) ins.push_back(b.param({6}));
   ins.push_back(bias);
@@ -212,6 +213,17 @@ inline std::vector<Case> sweep() {
     auto ln = layer_norm(b, sum, w, bias);
     auto plain = layer_norm(b, {ln, 0}, std::nullopt, std::nullopt);
     return ir::Value{plain, 0};
+  }});
+  cases.push_back({"layer norm of bf16 rows with f32 weights", [=](B& b) {
+    ir::NodePtr ln = layer_norm(b, b.param({4, 6}, ir::DType::kBFloat16), b.param({6}), b.param({6}));
+    ln->outputs[0].dtype = ir::DType::kBFloat16;
+    return ir::Value{ln, 0};
+  }});
+  cases.push_back({"layer norm backward of bf16 rows with f32 weights", [=](B& b) {
+    ir::NodePtr n = layer_norm_backward(b, b.param({4, 6}, ir::DType::kBFloat16), true,
+                                        ir::DType::kBFloat16);
+    n->outputs[0].dtype = ir::DType::kBFloat16;
+    return ir::Value{n, 0};
   }});
   for (bool weight : {true, false})
     cases.push_back({weight ? "layer norm backward" : "layer norm backward without a weight", [=](B& b) {

@@ -145,6 +145,49 @@ def test_bf16_softmaxes_are_one_kernel_computed_in_f32_and_rounded_once(name, sh
         assert torch.equal(grad, xc.grad)
 
 
+@pytest.mark.parametrize("shape", [(4, 37), (3, 5, 64), (2, 3, 4, 33), (64, 10)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_bf16_layer_norm_with_f32_weights_is_one_kernel_each_way(shape):
+    # Autocast's mix: bf16 rows, f32 weight and bias. The output and dx are
+    # bf16 with eager's bits; dw and db are f32 sums, exact to float64
+    # where eager's kernel rounds them to bf16 first.
+    torch.manual_seed(0)
+    n = shape[-1]
+    x, g = torch.randn(shape).bfloat16(), torch.randn(shape).bfloat16()
+    w, b = torch.linspace(0.5, 1.5, n), torch.linspace(-1, 1, n)
+    grads, fwd, bwd = {}, None, None
+    for dev in ("cpu", "disc", "float64"):
+        dtype = torch.float64 if dev == "float64" else None
+        on = "cpu" if dev == "float64" else dev
+        xs, ws, bs = (t.detach().clone().to(on, dtype).requires_grad_() for t in (x, w, b))
+        torch_disc.sync()
+        torch_disc.metrics.reset()
+        y = F.layer_norm(xs, [n], ws, bs)
+        y_host = y.detach().cpu()
+        fwd = torch_disc.metrics.counters() if dev == "disc" else fwd
+        torch_disc.metrics.reset()
+        y.backward(g.to(on, dtype))
+        grads[dev] = [y_host] + [t.grad.cpu() for t in (xs, ws, bs)]
+        bwd = torch_disc.metrics.counters() if dev == "disc" else bwd
+    assert (fwd["launches.fused"], fwd["launches.aten"]) == (1, 0)
+    assert (bwd["launches.fused"], bwd["launches.aten"], bwd.get("codegen.declined", 0)) == (1, 0, 0)
+    (y, dx, dw, db), (y_cpu, dx_cpu, _, _) = grads["disc"], grads["cpu"]
+    assert y.dtype == dx.dtype == torch.bfloat16 and dw.dtype == db.dtype == torch.float32
+    assert torch.equal(y, y_cpu) and torch.equal(dx, dx_cpu)
+    for got, exact in zip((dw, db), grads["float64"][2:]):
+        torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_layer_norm_with_bf16_weights_stays_on_aten(counters):
+    # There ATen's mean and rstd are bf16 too, which the kernels do not write.
+    x = torch.randn(4, 37).bfloat16()
+    w, b = torch.randn(37).bfloat16(), torch.randn(37).bfloat16()
+    got = F.layer_norm(x.to("disc"), [37], w.to("disc"), b.to("disc")).cpu()
+    assert torch.equal(got, F.layer_norm(x, [37], w, b))
+    c = counters()
+    assert (c["launches.fused"], c["launches.aten"]) == (0, 1)
+
+
 def test_safe_softmax_gives_zero_for_fully_masked_rows(counters):
     # Scaled-dot-product attention on disc runs ATen's math path, whose
     # softmax is _safe_softmax: a query that may attend to nothing gets 0,

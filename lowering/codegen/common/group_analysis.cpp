@@ -1,6 +1,7 @@
 #include "lowering/codegen/common/group_analysis.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace disc::lowering {
 
@@ -109,12 +110,13 @@ bool GroupAnalysis::collect(std::string* why) {
   return true;
 }
 
-// A softmax (or its backward) of bf16 rows: computed in f32, each element
-// rounded once when stored, as ATen's CPU and CUDA kernels do.
+// bf16 rows: computed in f32, each element rounded once when stored, as
+// ATen's CPU and CUDA kernels do; which mixes of dtypes, codegen_takes_dtypes.
 bool GroupAnalysis::bf16_row_output(const ir::TensorType& t) const {
-  const bool softmaxes = row_ == Op::kSoftmax || row_ == Op::kLogSoftmax || row_ == Op::kSafeSoftmax ||
-                         row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward;
-  return softmaxes && t.dtype == ir::DType::kBFloat16 && codegen_takes_dtypes(p_, row_op_);
+  const bool rows = row_ == Op::kSoftmax || row_ == Op::kLogSoftmax || row_ == Op::kSafeSoftmax ||
+                    row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward ||
+                    row_ == Op::kLayerNorm || row_ == Op::kLayerNormBackward;
+  return rows && t.dtype == ir::DType::kBFloat16 && codegen_takes_dtypes(p_, row_op_);
 }
 
 bool GroupAnalysis::is_reduction() const {
@@ -160,15 +162,44 @@ bool kernels_read(ir::DType t) {
   }
 }
 
+namespace {
+
+// The dtype of operand `k` of op `op` where it is a tensor.
+std::optional<ir::DType> operand_dtype(const Program& p, uint32_t op, size_t k) {
+  const ir::Node& n = *p.ops[op].node;
+  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kTensor) return std::nullopt;
+  const ir::GraphRef& r = p.ops[op].inputs.at(n.operands[k].first);
+  return p.ops[r.node].node->outputs[r.index].dtype;
+}
+
+// Layer norm of bf16 rows with f32 weights, autocast's mix: the row (or
+// its grad) is bf16, mean, rstd and the weight grads f32. With bf16 weights
+// ATen makes mean and rstd bf16 as well, which the kernels do not write.
+bool layer_norm_takes_dtypes(const Program& p, uint32_t op, bool backward) {
+  const ir::Node& n = *p.ops[op].node;
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (!n.outputs[k].undefined && n.outputs[k].dtype != ir::DType::kFloat32) return false;
+  const ir::DType out = n.outputs[0].dtype;
+  if (out == ir::DType::kFloat32) return true;
+  const size_t rows = backward ? 2 : 1;  // x, or dy and x
+  for (size_t k = 0; k < rows; ++k)
+    if (operand_dtype(p, op, k) != ir::DType::kBFloat16) return false;
+  return out == ir::DType::kBFloat16 && operand_dtype(p, op, backward ? 5 : 2) == ir::DType::kFloat32;
+}
+
+}  // namespace
+
 bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   const ir::Node& n = *p.ops[op].node;
+  const Op id = op_of(n.op);
+  if (id == Op::kLayerNorm || id == Op::kLayerNormBackward)
+    return layer_norm_takes_dtypes(p, op, id == Op::kLayerNormBackward);
   bool bf16 = false;
   for (const ir::TensorType& t : n.outputs) {
     if (t.undefined) continue;
     if (t.dtype != ir::DType::kFloat32 && t.dtype != ir::DType::kBFloat16) return false;
     bf16 |= t.dtype == ir::DType::kBFloat16;
   }
-  const Op id = op_of(n.op);
   if (!bf16 || id == Op::kCopy || id == Op::kToCopy) return true;
   return std::all_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
     return p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kBFloat16;

@@ -25,7 +25,8 @@ std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, s
 // bf16 op's inputs bf16 too unless it is a cast (copy, _to_copy). A bf16 op
 // with an input of another dtype (a Python number, an f32 0-dim tensor)
 // stays ATen's, which rounds that input to bf16 first for some ops (add)
-// and not for others (mul, div).
+// and not for others (mul, div). Layer norm and its backward: bf16 rows
+// with f32 weights, as autocast mixes them.
 bool codegen_takes_dtypes(const Program& p, uint32_t op);
 
 // The dtypes a generated kernel reads, on every target: f32, f64, i64, i32,
