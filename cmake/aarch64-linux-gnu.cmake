@@ -21,3 +21,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 # Tests run under emulation: ctest and gtest_discover_tests call the emulator.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L "${DISC_AARCH64_SYSROOT}")
+# The sysroot's Python is Debian 12's 3.11: its headers, and torch_disc._C's
+# file suffix.
+set(Python3_INCLUDE_DIR "${DISC_AARCH64_SYSROOT}/usr/include/python3.11" CACHE PATH "")
+set(Python3_SOABI "cpython-311-aarch64-linux-gnu" CACHE STRING "the target Python's SOABI")

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # An arm64 sysroot of Debian 12's own packages (glibc, libstdc++, LLVM 15 /
-# MLIR 15, oneDNN, GoogleTest) for cross-building disc on this x86 machine
-# and running it under qemu-aarch64-static. Everything comes from Debian's
-# archive: the cross compiler and the emulator as host packages, the rest as
-# arm64 .debs unpacked (dpkg -x) into $DISC_AARCH64_DIR/sysroot, never
-# installed. Idempotent: a second run reuses the downloaded .debs.
+# MLIR 15, oneDNN, GoogleTest, Python 3.11) for cross-building disc on this
+# x86 machine and running it under qemu-aarch64-static, and torch 2.11's
+# aarch64 wheels from PyPI for the Python side. The cross compiler and the
+# emulator come as host packages; the arm64 .debs are unpacked (dpkg -x)
+# into $DISC_AARCH64_DIR/sysroot, never installed; the wheels are unpacked
+# into $DISC_AARCH64_DIR/site, a folder for PYTHONPATH. Idempotent: a second
+# run reuses what it downloaded and unpacked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${DISC_AARCH64_DIR:-$PWD/.aarch64}
-ROOTS=(libc6-dev libstdc++-12-dev libmlir-15-dev llvm-15-dev libdnnl-dev libgtest-dev zlib1g-dev)
+ROOTS=(libc6-dev libstdc++-12-dev libmlir-15-dev llvm-15-dev libdnnl-dev libgtest-dev zlib1g-dev
+       python3.11 libpython3.11-dev)
+# torch's aarch64 wheel on PyPI is built with CUDA: its libraries load only
+# beside the CUDA ones (nvidia-*), though no GPU is used here. pytest runs
+# the tests under emulation; tqdm draws the MNIST example's progress.
+WHEELS=(torch==2.11.0 numpy pytest tqdm)
 
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 need=()
@@ -25,7 +32,7 @@ if ((${#need[@]})); then
 fi
 
 mkdir -p "$DIR/debs"
-if [ ! -f "$DIR/sysroot/.complete" ]; then
+if [ "$(cat "$DIR/sysroot/.complete" 2>/dev/null)" != "${ROOTS[*]}" ]; then
   # Every package the roots need, recursively; arm64 builds where the
   # package has one, the architecture-independent one otherwise.
   apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
@@ -47,6 +54,22 @@ if [ ! -f "$DIR/sysroot/.complete" ]; then
       /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$DIR/sysroot$target")" "$link" ;;
     esac
   done
-  touch "$DIR/sysroot/.complete"
+  echo "${ROOTS[*]}" > "$DIR/sysroot/.complete"
+fi
+# DISC_AARCH64_WHEELS=0: the debs alone, for the compiler side.
+if [ "${DISC_AARCH64_WHEELS:-1}" = 1 ] && [ "$(cat "$DIR/site/.complete" 2>/dev/null)" != "${WHEELS[*]}" ]; then
+  # Debian 12's glibc is 2.36: every manylinux tag up to it fits.
+  platforms=(--platform manylinux2014_aarch64 --platform any)
+  for minor in $(seq 17 36); do platforms+=(--platform "manylinux_2_${minor}_aarch64"); done
+  python3 -m pip download -q --only-binary=:all: --python-version 3.11 "${platforms[@]}" \
+    -d "$DIR/wheels" "${WHEELS[@]}"
+  rm -rf "$DIR/site" && mkdir -p "$DIR/site"
+  # triton drives GPU code generation only; nothing here imports it.
+  for w in "$DIR"/wheels/*.whl; do
+    case "$(basename "$w")" in triton-*) continue ;; esac
+    python3 -m zipfile -e "$w" "$DIR/site"
+  done
+  echo "${WHEELS[*]}" > "$DIR/site/.complete"
 fi
 echo "aarch64_sysroot: $DIR/sysroot ($(du -sh "$DIR/sysroot" | cut -f1))"
+if [ -d "$DIR/site" ]; then echo "aarch64_sysroot: $DIR/site ($(du -sh "$DIR/site" | cut -f1))"; fi

@@ -3,7 +3,8 @@
 # (pytest) tests at this CPU's own ISA, then the tests of what depends on the
 # ISA (generated kernels, oneDNN GEMMs and convolutions, bf16, the model zoo)
 # again as on an AVX2-only CPU (scripts/with_isa.sh), so that one machine of
-# either kind checks both.
+# either kind checks both; last, the C++ tests cross-built for AArch64 and
+# run under emulation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -28,3 +29,9 @@ case "$native" in
   *)
     echo "== no capped run: this CPU's ISA ($native) is the AVX2 level or below, the run above covered it" ;;
 esac
+
+# 64-bit Arm: the compiler side cross-built and its C++ tests under qemu
+# (~12 min); the whole check with torch, pytest and MNIST is
+# scripts/aarch64_check.sh without --gtest-only.
+echo "== the C++ tests on AArch64 (cross-built, emulated)"
+bash scripts/aarch64_check.sh --gtest-only

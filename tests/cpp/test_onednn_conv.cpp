@@ -228,12 +228,15 @@ TEST(OnednnConv, NhwcRunsWithoutActivationReorders) {
   ConvRun r = onednn_conv_forward(f);
   EXPECT_EQ(r.act_reorders, 0);
   EXPECT_EQ(r.weight_reorders, 1);
-  f.layout = {ActLayout::kNchw, ConvPlacement::kBest};  // nChw16c: src and dst move too
+#if defined(__x86_64__)
+  // Where oneDNN's best layout is blocked (x86's JIT convolutions), src and
+  // dst move too. On AArch64 without SVE, Debian's oneDNN has no JIT
+  // convolution: its choice differs.
+  f.layout = {ActLayout::kNchw, ConvPlacement::kBest};  // nChw16c
   r = onednn_conv_forward(f);
   EXPECT_EQ(r.act_reorders, 2);
-  // Whether the weights move is oneDNN's choice of kernel: its AArch64
-  // NEON-only convolution reads them plain.
-  EXPECT_LE(r.weight_reorders, 1);
+  EXPECT_EQ(r.weight_reorders, 1);
+#endif
 }
 
 TEST(OnednnConv, EmptyBatchRunsNothingAndEmptySumsAreZero) {
