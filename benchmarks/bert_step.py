@@ -16,6 +16,9 @@ Measured, each on a fresh copy of the model with the same seed:
 * ``eval``: ``torch.no_grad()`` forward plus ``argmax().cpu()`` over batches of
   seeded variable lengths; reported in sequences/s.
 
+``--autocast`` runs every backend's forward under bf16 autocast, as the
+example's ``--autocast`` does.
+
 Each batch holds rows of different lengths, so every batch carries padding
 (a batch without padding takes transformers' no-mask branch: another graph).
 Token ids are seeded random word pieces; the cost does not depend on them.
@@ -204,11 +207,12 @@ def _measure(part, backend, args):
         start = time.perf_counter()
         if training:
             loss = finetune.train_step(model, opt, scheduler, batch, device,
-                                       fargs.max_grad_norm)
+                                       fargs.max_grad_norm, args.autocast)
             sync()
             losses.append(loss.item())  # waits for the step's graph(s) on disc
         else:
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
+                                                 enabled=args.autocast):
                 logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
                 logits.argmax(dim=-1).cpu()
         times.append((time.perf_counter() - start) * 1e3)
@@ -234,6 +238,8 @@ def run_compiled(parts, args):
            "--parts", ",".join(parts), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--attn", args.attn, "--mask", args.mask, "--compile-backend", args.compile_backend]
+    if args.autocast:
+        cmd.append("--autocast")
     if args.model:
         cmd += ["--model", args.model]
     if args.threads:
@@ -398,7 +404,7 @@ def run(args):
     return {
         "config": {k: getattr(args, k) for k in
                    ("steps", "warmup", "batch_size", "parts", "devices", "seed", "attn",
-                    "mask", "compile_backend")},
+                    "mask", "compile_backend", "autocast")},
         "model": "all-MiniLM-L6-v2 (BertForSequenceClassification, 6 labels)",
         "lengths": lengths,
         "torch": torch.__version__,
@@ -429,6 +435,8 @@ def parse_args(argv=None):
     p.add_argument("--mask", choices=["2d", "4d"], default="2d",
                    help="attention mask form, as in finetune.py (2d: one extra sync per "
                         "forward on disc)")
+    p.add_argument("--autocast", action="store_true",
+                   help="every backend's forward under bf16 autocast (the example's --autocast)")
     p.add_argument("--compile-backend", default="inductor")
     p.add_argument("--compile-timeout", type=float, default=300,
                    help="seconds for all torch.compile parts together")
@@ -456,7 +464,8 @@ def main(argv=None):
         return None
     result = timed_run(run, args)
     return finish(result, args,
-                  f"MiniLM-L6 (BERT), batch {args.batch_size}, {args.steps} timed steps after "
+                  f"MiniLM-L6 (BERT){', bf16 autocast' if args.autocast else ''}, "
+                  f"batch {args.batch_size}, {args.steps} timed steps after "
                   f"{args.warmup} warm-up, {result['threads']} threads; train-fixed: length "
                   f"{MAX_LENGTH}; variable lengths {MIN_LENGTH}..{MAX_LENGTH} "
                   f"(seed {args.seed}), the same for every backend",
