@@ -31,7 +31,7 @@ case "$native" in
 esac
 
 # 64-bit Arm: the compiler side cross-built and its C++ tests under qemu
-# (~12 min); the whole check with torch, pytest and MNIST is
+# (~4.5 min); the whole check with torch, pytest and MNIST is
 # scripts/aarch64_check.sh without --gtest-only.
 echo "== the C++ tests on AArch64 (cross-built, emulated)"
 bash scripts/aarch64_check.sh --gtest-only
