@@ -92,6 +92,12 @@ struct Node {
     if (k >= operands.size() || operands[k].kind != Operand::Kind::kAttr) return nullptr;
     return &attrs[operands[k].first];
   }
+  // The input index of schema operand k, or -1 when operand k is not a
+  // single tensor (absent, a constant, a list) or does not exist.
+  int tensor_operand(size_t k) const {
+    if (k >= operands.size() || operands[k].kind != Operand::Kind::kTensor) return -1;
+    return static_cast<int>(operands[k].first);
+  }
   // Computes local_hash; call once the node is fully built.
   void finalize();
   std::string to_string() const;

@@ -34,7 +34,7 @@ bool GroupAnalysis::analyze(std::string* why) {
   kernel_.rank = std::max<uint32_t>(R, 2);
   for (const ir::TensorType& t : row.outputs)
     if (t.dtype != ir::DType::kFloat32 && !t.undefined && !bf16_row_output(t))
-      return fail(why, row_op_, "only f32 outputs (bf16 for softmaxes) are generated");
+      return fail(why, row_op_, "only f32 outputs (bf16 for softmaxes and layer norm) are generated");
   kernel_.per_outer = R >= 3 && reduces_dims_before_last(row, R, 1);
   column_ = kernel_.per_outer || reduces_dims_before_last(row, R, 0);
   if (!column_ && !last_dim_only(row, R))
@@ -166,9 +166,9 @@ namespace {
 
 // The dtype of operand `k` of op `op` where it is a tensor.
 std::optional<ir::DType> operand_dtype(const Program& p, uint32_t op, size_t k) {
-  const ir::Node& n = *p.ops[op].node;
-  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kTensor) return std::nullopt;
-  const ir::GraphRef& r = p.ops[op].inputs.at(n.operands[k].first);
+  const int input = p.ops[op].node->tensor_operand(k);
+  if (input < 0) return std::nullopt;
+  const ir::GraphRef& r = p.ops[op].inputs.at(input);
   return p.ops[r.node].node->outputs[r.index].dtype;
 }
 

@@ -29,6 +29,11 @@ std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, s
 // with f32 weights, as autocast mixes them.
 bool codegen_takes_dtypes(const Program& p, uint32_t op);
 
+// The dtype a kernel stores output `o` in (f32, or bf16 as its bits).
+inline ir::DType output_dtype(const Program& p, const KernelOutput& o) {
+  return p.ops[o.op].node->outputs[o.index].dtype;
+}
+
 // The dtypes a generated kernel reads, on every target: f32, f64, i64, i32,
 // bf16 and bool.
 bool kernels_read(ir::DType t);

@@ -75,9 +75,7 @@ class KernelEmitter : private GroupAnalysis {
                  const std::string& value);
   void store_elem(Variant& v, const std::string& memref, const std::string& idx,
                   const std::string& value, const std::string& elem);
-  ir::DType output_dtype(size_t k) const {
-    return type_of({kernel_.outputs[k].op, kernel_.outputs[k].index}).dtype;
-  }
+  ir::DType output_dtype(size_t k) const { return lowering::output_dtype(p_, kernel_.outputs[k]); }
   std::string out_index(Variant& v);
   void store(Variant& v, size_t k, const std::string& value);
   std::string load_output(Variant& v, size_t k);

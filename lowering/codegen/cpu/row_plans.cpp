@@ -6,16 +6,6 @@
 
 namespace disc::lowering {
 
-namespace {
-
-// The tensor input index of schema operand k, or -1 (None / not a tensor).
-int tensor_operand(const ir::Node& n, size_t k) {
-  if (k >= n.operands.size() || n.operands[k].kind != ir::Operand::Kind::kTensor) return -1;
-  return static_cast<int>(n.operands[k].first);
-}
-
-}  // namespace
-
 // The passes of the row op, in torch's order of operations. Producers that
 // others read are stored by the first pass over the row only.
 void KernelEmitter::emit_row() {
@@ -80,9 +70,10 @@ void KernelEmitter::emit_softmax() {
   // The exps are kept in a f32 output for the last pass; a bf16 one would
   // round them twice, so they are computed again.
   const bool keep_exps = !log && output_dtype(out0) == ir::DType::kFloat32;
-  auto exp_of_shifted = [&](Variant& v) {
-    return v.e.exp(v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx)));
+  auto shifted = [&](Variant& v) {
+    return v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
   };
+  auto exp_of_shifted = [&](Variant& v) { return v.e.exp(shifted(v)); };
   std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
     std::string e = exp_of_shifted(v);
     if (keep_exps) store(v, out0, e);
@@ -94,8 +85,7 @@ void KernelEmitter::emit_softmax() {
   if (!masked_row.empty()) inv_sum = s.select(masked_row, s.constant(0.0), inv_sum);
   pass({}, [&](Variant& v) {
     if (log) {
-      std::string shifted = v.e.binary("arith.subf", row_inputs(v, false)[0], v.e.splat(mx));
-      store(v, out0, v.e.binary("arith.subf", shifted, v.e.splat(log_sum)));
+      store(v, out0, v.e.binary("arith.subf", shifted(v), v.e.splat(log_sum)));
     } else {
       const std::string e = keep_exps ? load_output(v, out0) : exp_of_shifted(v);
       store(v, out0, v.e.binary("arith.mulf", e, v.e.splat(inv_sum)));
@@ -130,7 +120,7 @@ void KernelEmitter::emit_layer_norm() {
   ValueEmitter s = emitter(0);
   const size_t out0 = output_slot(row_op_, 0);
   const ir::Node& n = *p_.ops[row_op_].node;
-  const int w = tensor_operand(n, 2), b = tensor_operand(n, 3);
+  const int w = n.tensor_operand(2), b = n.tensor_operand(3);
   std::string sum = pass({Acc::kAdd}, [&](Variant& v) {
     return std::vector{row_inputs(v, true)[0]};
   })[0];
@@ -163,8 +153,8 @@ void KernelEmitter::emit_layer_norm() {
 // and per column dw += dy*(x - mean)*rstd, dbias += dy.
 void KernelEmitter::emit_layer_norm_backward() {
   const ir::Node& n = *p_.ops[row_op_].node;
-  const int x = tensor_operand(n, 1), mean = tensor_operand(n, 3), rstd = tensor_operand(n, 4);
-  const int w = tensor_operand(n, 5);
+  const int x = n.tensor_operand(1), mean = n.tensor_operand(3), rstd = n.tensor_operand(4);
+  const int w = n.tensor_operand(5);
   const int dx = find_output(row_op_, 0), dw = find_output(row_op_, 1),
             db = find_output(row_op_, 2);
   auto dyw = [&](Variant& v, const std::vector<std::string>& in) {

@@ -2,6 +2,7 @@
 // row for kInput / kStitch groups (reductions, softmax, layer norm and
 // their backward), and a thread per column for reductions over the
 // leading dims.
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/codegen/cuda/emitter.h"
 #include "lowering/ops.h"
 
@@ -28,10 +29,7 @@ std::string CudaEmitter::reduced(Acc a, const std::string& value) {
 }
 
 int CudaEmitter::tensor_input(size_t operand) const {
-  const ir::Node& node = *p_.ops[row_op()].node;
-  return operand < node.operands.size() && node.operands[operand].kind == ir::Operand::Kind::kTensor
-             ? static_cast<int>(node.operands[operand].first)
-             : -1;
+  return p_.ops[row_op()].node->tensor_operand(operand);
 }
 
 std::vector<std::string> CudaEmitter::pass(const std::vector<Acc>& accs, const Each& each) {
@@ -121,9 +119,9 @@ void CudaEmitter::softmax() {
     mx = let(masked + " != 0.0f ? 0.0f : " + mx);
   }
   // A bf16 output would round the kept exps twice: they are computed again.
-  const KernelOutput& o = k_.outputs[out0];
-  const bool keep_exps = !log && p_.ops[o.op].node->outputs[o.index].dtype == ir::DType::kFloat32;
-  auto exp_of_shifted = [&] { return let("expf(" + producers(false)[0] + " - " + mx + ")"); };
+  const bool keep_exps = !log && output_dtype(p_, k_.outputs[out0]) == ir::DType::kFloat32;
+  auto shifted = [&] { return producers(false)[0] + " - " + mx; };
+  auto exp_of_shifted = [&] { return let("expf(" + shifted() + ")"); };
   const std::string sum = pass({Acc::kAdd}, [&] {
     const std::string e = exp_of_shifted();
     if (keep_exps) store(out0, "row * n + j", e);
@@ -133,7 +131,7 @@ void CudaEmitter::softmax() {
   if (!masked.empty()) scale = let(masked + " != 0.0f ? 0.0f : " + scale);
   pass({}, [&] {
     if (log) {
-      store(out0, "row * n + j", let(producers(false)[0] + " - " + mx + " - " + scale));
+      store(out0, "row * n + j", let(shifted() + " - " + scale));
     } else {
       const std::string e = keep_exps ? "out" + std::to_string(out0) + "[row * n + j]" : exp_of_shifted();
       store(out0, "row * n + j", let(e + " * " + scale));

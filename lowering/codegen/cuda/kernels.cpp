@@ -93,7 +93,7 @@ std::optional<CudaKernel> emit_cuda_kernel(const Program& p, uint32_t g, std::st
   }
   for (size_t i = 0; i < k->outputs.size(); ++i) {
     const KernelOutput& o = k->outputs[i];
-    const bool bf16 = p.ops[o.op].node->outputs[o.index].dtype == ir::DType::kBFloat16;
+    const bool bf16 = output_dtype(p, o) == ir::DType::kBFloat16;
     params << (bf16 ? "unsigned short" : "float") << "* __restrict__ out" << i << ", ";
   }
   params << "const long long* __restrict__ sizes, const long long* __restrict__ strides, "

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/codegen/cuda/emitter.h"
 #include "lowering/ops.h"
 
@@ -178,7 +179,7 @@ size_t CudaEmitter::slot_of(uint32_t op, uint32_t index) const {
 
 void CudaEmitter::store(size_t slot, const std::string& index, const std::string& value) {
   const KernelOutput& o = k_.outputs[slot];
-  const bool bf16 = p_.ops[o.op].node->outputs[o.index].dtype == ir::DType::kBFloat16;
+  const bool bf16 = output_dtype(p_, o) == ir::DType::kBFloat16;
   out_ << indent_ << "out" << slot << "[" << index << "] = "
        << (bf16 ? "disc_f32_to_bf16(" + value + ")" : value) << ";\n";
 }
