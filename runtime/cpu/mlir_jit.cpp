@@ -200,14 +200,18 @@ bool has_vector_signature(const llvm::Function& f) {
   return false;
 }
 
+// The target's features as LLVM spells them ("+avx2,-avx512f,...").
+std::string feature_text(const JitTarget& target) {
+  llvm::SubtargetFeatures features;
+  for (const std::string& f : target.features) features.AddFeature(f);
+  return features.getString();
+}
+
 // Every function is compiled for the JIT target: the target machine's CPU
 // and features are only defaults, which the engine's own code generator
 // takes from the host. With SVE, vscale_range fixes the vector length, so
 // LLVM may put the kernels' fixed-width vectors in SVE registers.
-void set_target_attributes(llvm::Module* m, const JitTarget& target) {
-  llvm::SubtargetFeatures features;
-  for (const std::string& f : target.features) features.AddFeature(f);
-  const std::string feature_text = features.getString();
+void set_target_attributes(llvm::Module* m, const JitTarget& target, const std::string& feature_text) {
   for (llvm::Function& f : *m) {
     if (f.isDeclaration()) continue;
     f.addFnAttr("target-cpu", target.cpu);
@@ -225,19 +229,18 @@ void set_target_attributes(llvm::Module* m, const JitTarget& target) {
 // reduction, as torch's own vectorized kernels do.
 std::function<llvm::Error(llvm::Module*)> target_optimizer() {
   static const JitTarget target = jit_target();
+  static const std::string features = feature_text(target);
   static std::unique_ptr<llvm::TargetMachine> tm = [] {
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!builder) return std::unique_ptr<llvm::TargetMachine>();
     builder->setCPU(target.cpu);
-    llvm::SubtargetFeatures features;
-    for (const std::string& f : target.features) features.AddFeature(f);
-    builder->setFeatures(features.getString());
+    builder->setFeatures(features);
     auto machine = builder->createTargetMachine();
     return machine ? std::move(*machine) : std::unique_ptr<llvm::TargetMachine>();
   }();
   auto optimize = mlir::makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, tm.get());
   return [optimize](llvm::Module* m) {
-    set_target_attributes(m, target);
+    set_target_attributes(m, target, features);
     for (llvm::Function& f : *m)
       for (llvm::Instruction& inst : llvm::instructions(f))
         if (llvm::isa<llvm::FPMathOperator>(inst) && !llvm::isa<llvm::CallInst>(inst))
