@@ -20,6 +20,7 @@ as Hugging Face's ``ModelOutput``) in the record: :func:`load` returns the
 recorded type where its module imports, else a plain dict of the same fields
 (a tuple or list stays one).
 """
+import functools
 import importlib
 import json
 import os
@@ -104,6 +105,7 @@ def _flatten_outputs(ep) -> None:
     signature.out_spec = pytree.tree_structure(tuple(range(signature.out_spec.num_leaves)))
 
 
+@functools.lru_cache(maxsize=None)  # once per type: _rebuild runs on every call
 def _output_type(name: str) -> Optional[type]:
     module, _, qualname = name.partition(":")
     try:
