@@ -14,7 +14,13 @@
 //  * native_batch_norm updates running_mean / running_var in training, but
 //    its schema does not say so: it is recorded as _native_batch_norm_legit
 //    (or its eval and no-stats forms), whose schemas do.
+//  * _to_copy within the device (a cast: `w.to(torch.bfloat16)`, autocast's
+//    casts) is recorded as itself. Its composite would trace `zeros` +
+//    `reshape` + `copy`: a fill launch thrown away and a copy on ATen where
+//    one cast kernel does. A copy off the device or into another layout
+//    stays the composite, which reads the tensor back.
 #include <ATen/Functions.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -53,6 +59,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   return at::_native_batch_norm_legit(input, weight, bias, mean, var, training, momentum, eps);
 }
 
+// Whether _to_copy's arguments ask for a dense cast on the disc device. (Its
+// dispatch key comes from the device argument too: an upload reaches here.)
+bool casts_within_device(c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& self = args[0].toTensor();
+  if (self.device().type() != c10::DeviceType::PrivateUse1) return false;
+  const auto layout = args[2].toOptional<at::Layout>();
+  const auto device = args[3].toOptional<at::Device>();
+  const auto format = args[6].toOptional<at::MemoryFormat>();
+  if (layout && *layout != at::kStrided) return false;
+  if (device && device->type() != c10::DeviceType::PrivateUse1) return false;
+  if (!format || *format == at::MemoryFormat::Preserve) return self.is_contiguous();
+  return *format == at::MemoryFormat::Contiguous;
+}
+
+void to_copy(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  constexpr size_t kArgs = 7;  // self, dtype, layout, device, pin_memory, non_blocking, format
+  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, kArgs);
+  if (casts_within_device(args)) return capture_or_fallback(op, ks, stack);
+  at::Tensor out = at::native::_to_copy(
+      args[0].toTensor(), args[1].toOptional<at::ScalarType>(), args[2].toOptional<at::Layout>(),
+      args[3].toOptional<at::Device>(), args[4].toOptional<bool>(), args[5].toBool(),
+      args[6].toOptional<at::MemoryFormat>());
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, std::move(out));
+}
+
 }  // namespace
 
 size_t register_structured_captures() {
@@ -66,7 +98,8 @@ size_t register_structured_captures() {
     ++count;
   }
   lib->impl("native_batch_norm", TORCH_FN(native_batch_norm));
-  ++count;
+  lib->impl("_to_copy", torch::CppFunction::makeFromBoxedFunction<&to_copy>());
+  count += 2;
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;

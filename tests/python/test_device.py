@@ -91,3 +91,30 @@ def test_pin_memory_and_pinned_data_loader():
     batches = list(torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True))
     assert [b[0].shape[0] for b in batches] == [4, 4, 2]
     assert all(t.is_pinned() for b in batches for t in b)
+
+
+def test_a_cast_on_the_device_is_one_op_and_fuses():
+    # .to(dtype) and autocast's casts are recorded as _to_copy, not the
+    # composite's zeros + reshape + copy (a fill thrown away, a copy on ATen).
+    from conftest import counted
+
+    w = torch.randn(64, 32)
+    d = w.to("disc")
+    text = torch_disc.graph_text(d.to(torch.bfloat16))
+    assert "aten::_to_copy" in text
+    assert "aten::zeros" not in text and "aten::copy" not in text
+    got, c = counted(lambda: d.to(torch.bfloat16).exp())
+    assert c["kernels_launched"] == 1 and c["launches.fused"] == 1
+    assert torch.equal(got, w.to(torch.bfloat16).exp())
+
+
+def test_casts_that_change_layout_or_device_keep_eagers_strides():
+    w = torch.randn(2, 3, 4, 5)
+    d = w.to("disc")
+    for x, cpu in ((d.transpose(1, 3), w.transpose(1, 3)), (d, w)):
+        for kwargs in ({"dtype": torch.float64}, {"memory_format": torch.channels_last},
+                       {"dtype": torch.bfloat16, "memory_format": torch.contiguous_format}):
+            got, want = x.to(**kwargs), cpu.to(**kwargs)
+            assert got.stride() == want.stride(), kwargs
+            assert torch.equal(got.cpu(), want), kwargs
+    assert torch.equal(d.to("cpu", torch.float16), w.half())
