@@ -23,8 +23,11 @@ predictions) on the host.  Reported per row: the median step over
 (which compiles), ``vs eager`` and ``vs inductor`` (the other's time / this
 one's: above 1 is faster), the peak resident memory over the part (its
 growth over the part's start, model already on the device: activations,
-gradients, optimizer state, compiled code; ``benchmarks.memory``) and, on
-disc, the allocator's peak (``torch.disc.max_memory_allocated``), compile
+gradients, optimizer state, the compilers' own memory and code;
+``benchmarks.memory``) and, on disc, the allocator's peak
+(``torch.disc.max_memory_allocated``: the tensors that exist as data --
+parameters, gradients, optimizer state, outputs -- not a graph's
+intermediate buffers), compile
 time per compiled graph, and tracing and hashing time per traced op.  Compiles
 are cold on both compilers: disc's and inductor's on-disk caches are off.
 
@@ -177,6 +180,7 @@ def worker(args):
     model, vocab = build_model(name)
     result = {"params": sum(p.numel() for p in model.parameters())}
     model.to(device)
+    sync()  # the parameters are data on the device before any part's memory is measured
     if backend == "compile":
         model = torch.compile(model, dynamic=False)
     batch = max(1, args.tokens // length)
