@@ -17,8 +17,8 @@
 //  * _to_copy within the device (a cast: `w.to(torch.bfloat16)`, autocast's
 //    casts) is recorded as itself. Its composite would trace `zeros` +
 //    `reshape` + `copy`: a fill launch thrown away and a copy on ATen where
-//    one cast kernel does. A copy off the device or into another layout
-//    stays the composite, which reads the tensor back.
+//    one cast kernel does. A copy off the device, or into another layout,
+//    stays the composite: a read-back, or eager's strides.
 #include <ATen/Functions.h>
 #include <ATen/ops/_to_copy_native.h>
 #include <ATen/core/dispatch/Dispatcher.h>
