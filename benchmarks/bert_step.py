@@ -55,9 +55,7 @@ import json
 import os
 import platform
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,8 +68,8 @@ if __package__ in (None, ""):
 import torch
 
 from benchmarks.memory import PeakRSS
-from benchmarks.cli import (add_out, add_threads, fill_defaults, finish, fmt, set_threads, timed_run,
-                            worker_failure)
+from benchmarks.cli import (add_out, add_threads, fill_defaults, finish, fmt, run_worker, set_threads,
+                            timed_run)
 from benchmarks.mnist_step import describe
 from examples.bert import finetune
 from examples.device import device_and_sync
@@ -244,24 +242,13 @@ def run_compiled(parts, args):
         cmd += ["--model", args.model]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    # A new session lets a timeout kill inductor's compile workers too.
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    timeout = None
-    try:
-        out, err = proc.communicate(timeout=args.compile_timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()  # what it printed before the kill
-        timeout = f"timed out after {args.compile_timeout:g}s"
+    out, failure = run_worker(cmd, ROOT, args.compile_timeout)
     results = {}
     for line in out.splitlines():
         if line.startswith("RESULT "):
             r = json.loads(line[len("RESULT "):])
             results[r["part"]] = r
-    reason = timeout
-    if reason is None:
-        reason = worker_failure(proc.returncode, err)
+    reason = failure or "the worker printed no result"
     for part in parts:
         results.setdefault(part, {"part": part, "backend": "compile", "error": reason})
     return results

@@ -16,6 +16,7 @@ and writing the result as JSON at the end.
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -99,3 +100,21 @@ def worker_failure(returncode, stderr):
         return f"killed by {signal.Signals(-returncode).name}"
     lines = stderr.strip().splitlines() or [f"exit code {returncode}"]
     return lines[-1][:120]
+
+
+def run_worker(cmd, cwd, timeout, env=None):
+    """Runs a benchmark's worker process; returns ``(stdout, failure)``.
+    ``failure`` is None when it exited with 0, else one line saying why
+    (its timeout, or ``worker_failure``); ``stdout`` is what it printed,
+    before a timeout too.  The worker gets a session of its own, so that a
+    timeout also kills the processes it started (inductor's compile
+    workers)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return out, f"timed out after {timeout:g}s"
+    return out, None if proc.returncode == 0 else worker_failure(proc.returncode, err)

@@ -39,9 +39,7 @@ Run from the repository root: ``python -m benchmarks`` (see ``--help``).
 
 import argparse
 import json
-import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -56,8 +54,8 @@ if __package__ in (None, ""):
 import torch
 import torch.nn.functional as F
 
-from benchmarks.cli import (THREADS_HELP, add_out, add_threads, fill_defaults, fmt, isa_line, set_threads,
-                            worker_failure, write_json)
+from benchmarks.cli import (THREADS_HELP, add_out, add_threads, fill_defaults, fmt, isa_line, run_worker,
+                            set_threads, write_json)
 from benchmarks.memory import PeakRSS
 from examples.mnist.train import build_model
 
@@ -171,17 +169,9 @@ def time_compiled(model_name, args):
            "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    # A new session lets a timeout kill the compiler's worker processes too.
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=args.compile_timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise Unavailable(f"timed out after {args.compile_timeout}s") from None
-    if proc.returncode != 0:
-        raise Unavailable(worker_failure(proc.returncode, err))
+    out, failure = run_worker(cmd, ROOT, args.compile_timeout)
+    if failure:
+        raise Unavailable(failure)
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -44,9 +44,7 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.cli import add_threads, fmt, isa_line, set_threads, worker_failure, write_json
+from benchmarks.cli import add_threads, fmt, isa_line, run_worker, set_threads, write_json
 from benchmarks.memory import PeakRSS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,23 +199,11 @@ def spawn(name, length, backend, mode, args):
     env = dict(os.environ, DISC_PERSISTENT_CACHE="0")
     with tempfile.TemporaryDirectory() as inductor_cache:
         env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache
-        return _spawn(cmd, env, args.timeout)
-
-
-def _spawn(cmd, env, timeout):
-    # A session of its own: a timeout kills inductor's compile workers too.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"error": f"timed out after {timeout:g}s"}
+        out, failure = run_worker(cmd, ROOT, args.timeout, env)
     for line in out.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    return {"error": worker_failure(proc.returncode, err)}
+    return {"error": failure or "the worker printed no result"}
 
 
 # ---------------------------------------------------------------- rows
