@@ -103,9 +103,10 @@ def test_a_cast_on_the_device_is_one_op_and_fuses():
     text = torch_disc.graph_text(d.to(torch.bfloat16))
     assert "aten::_to_copy" in text
     assert "aten::zeros" not in text and "aten::copy" not in text
-    got, c = counted(lambda: d.to(torch.bfloat16).exp())
+    # neg is exact: eager's bits on every ISA, where exp's rounding is disc's own.
+    got, c = counted(lambda: d.to(torch.bfloat16).neg())
     assert c["kernels_launched"] == 1 and c["launches.fused"] == 1
-    assert torch.equal(got, w.to(torch.bfloat16).exp())
+    assert torch.equal(got, w.to(torch.bfloat16).neg())
 
 
 def test_casts_that_change_layout_or_device_keep_eagers_strides():
