@@ -64,6 +64,10 @@ __attribute__((always_inline)) inline void philox16(uint64_t first, std::array<u
 
 }  // namespace
 
+uint64_t stream_seed(uint64_t seed, uint64_t offset) {
+  return seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
+}
+
 PhiloxBlock philox4x32(PhiloxBlock counter, std::array<uint32_t, 2> key) {
   for (int r = 0; r < 10; ++r) {
     if (r) key = {key[0] + kW0, key[1] + kW1};
@@ -93,19 +97,19 @@ void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t 
       if (lo == first && hi == first + 16) {
         if (x) {
           F32x16 xv;
-          std::memcpy(&xv, x + first, sizeof xv);
+          std::memcpy(&xv, x + (first - begin), sizeof xv);
           const F32x16 yv = kept ? xv * scale : F32x16{};
-          std::memcpy(y + first, &yv, sizeof yv);
+          std::memcpy(y + (first - begin), &yv, sizeof yv);
         }
         // 16 bytes at once: a lane-by-lane store was ~15% of the function.
         const U8x16 bytes = __builtin_convertvector(kept & 1, U8x16);
-        std::memcpy(mask + first, &bytes, sizeof bytes);
+        std::memcpy(mask + (first - begin), &bytes, sizeof bytes);
         continue;
       }
       for (int64_t i = lo; i < hi; ++i) {
         const bool k = kept[i - first] != 0;
-        mask[i] = k;
-        if (x) y[i] = k ? x[i] * scale : 0.0f;
+        mask[i - begin] = k;
+        if (x) y[i - begin] = k ? x[i - begin] * scale : 0.0f;
       }
     }
   }

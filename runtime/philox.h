@@ -13,11 +13,16 @@ using PhiloxBlock = std::array<uint32_t, 4>;
 
 PhiloxBlock philox4x32(PhiloxBlock counter, std::array<uint32_t, 2> key);
 
+// The key of a random node's stream: the disc generator's (seed, offset)
+// when the node was traced, mixed into one number.
+uint64_t stream_seed(uint64_t seed, uint64_t offset);
+
 // Dropout of elements [begin, end) of a float32 stream keyed by `seed`:
 // element i keeps with probability `keep` by word (i / 16) % 4 of block
 // 16 * (i / 64) + i % 16 (its top 24 bits as a uniform in [0, 1)), so 16
 // neighbouring elements take one word of 16 blocks drawn side by side (one
 // vector register each); mask[i] says so, and y[i] = keep ? x[i] * scale : 0.
+// x, y and mask hold elements begin .. end - 1 (x[0] is element `begin`).
 // `x` may be null: then only the mask.
 void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t end, const float* x,
                  float* y, bool* mask);

@@ -47,12 +47,10 @@ bool needs_flat_storage(uint32_t op) {
   return o == lowering::Op::kAsStrided || o == lowering::Op::kAsStridedScatter;
 }
 
-// The seed of a random node: the disc generator's (seed, offset) when it was
-// traced, mixed into one number.
+// The key of a random node's stream (philox.h).
 uint64_t node_seed(const ir::Node& n) {
-  const uint64_t seed = static_cast<uint64_t>(n.runtime[n.rng_runtime].i);
-  const uint64_t offset = static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i);
-  return seed * 0x9e3779b97f4a7c15ULL ^ (offset + 0x632be59bd9b4e019ULL);
+  return runtime::stream_seed(static_cast<uint64_t>(n.runtime[n.rng_runtime].i),
+                              static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i));
 }
 
 // Random nodes draw from a CPU generator seeded from the (seed, offset) of
@@ -108,8 +106,10 @@ void native_dropout(const ir::Node& n, torch::jit::Stack& stack) {
     bool* mp = mask.data_ptr<bool>();
     // In whole groups of 64 elements, the generator's unit (philox.h).
     at::parallel_for(0, (numel + 63) / 64, 256, [&](int64_t g0, int64_t g1) {
-      runtime::dropout_f32(seed, static_cast<float>(kept), static_cast<float>(scale), g0 * 64,
-                           std::min(g1 * 64, numel), xp, yp, mp);
+      const int64_t begin = g0 * 64;
+      runtime::dropout_f32(seed, static_cast<float>(kept), static_cast<float>(scale), begin,
+                           std::min(g1 * 64, numel), xp ? xp + begin : nullptr,
+                           yp ? yp + begin : nullptr, mp + begin);
     });
     if (!f32) output = x.mul(mask).mul_(scale);
   }

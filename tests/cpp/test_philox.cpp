@@ -28,7 +28,9 @@ TEST(Philox, DropoutDrawsEachElementFromItsWord) {
   std::vector<float> x(end, 0.0f), y(end, -1.0f);
   std::vector<char> mask(end, 2);
   for (int64_t i = begin; i < end; ++i) x[i] = static_cast<float>(i % 97) - 40.0f;
-  dropout_f32(seed, 0.6f, 2.5f, begin, end, x.data(), y.data(), reinterpret_cast<bool*>(mask.data()));
+  // The arrays start at element `begin`.
+  dropout_f32(seed, 0.6f, 2.5f, begin, end, x.data() + begin, y.data() + begin,
+              reinterpret_cast<bool*>(mask.data()) + begin);
   for (int64_t i = 0; i < end; ++i) {
     if (i < begin) {
       ASSERT_EQ(mask[i], 2) << "wrote before begin at " << i;
@@ -63,7 +65,7 @@ TEST(Philox, AnySplitOfAStreamDrawsTheSame) {
   dropout_f32(7, 0.5f, 2.0f, 0, n, nullptr, nullptr, reinterpret_cast<bool*>(whole.data()));
   for (int64_t begin : {0, 3, 500, 997}) {  // splits inside groups
     const int64_t end = begin == 0 ? 3 : begin == 3 ? 500 : begin == 500 ? 997 : n;
-    dropout_f32(7, 0.5f, 2.0f, begin, end, nullptr, nullptr, reinterpret_cast<bool*>(parts.data()));
+    dropout_f32(7, 0.5f, 2.0f, begin, end, nullptr, nullptr, reinterpret_cast<bool*>(parts.data()) + begin);
   }
   EXPECT_EQ(whole, parts);
   std::vector<char> other(n);
