@@ -1,7 +1,10 @@
-"""scaled_dot_product_attention on disc takes the kernel the CPU would take
-(attention_choice.cpp): the flash kernel where eager's policy picks it (no
-dropout), which never writes the [B, H, L, L] scores, else the math
-composite; both match eager forward and backward."""
+"""scaled_dot_product_attention on disc (attention_choice.cpp): with dropout
+disc's fused attention (trace/attention_ops.cpp), which draws the math
+composite's dropout mask for the same seed and so matches it forward and
+backward; without, the kernel the CPU would take, the flash kernel where
+eager's policy picks it, which matches eager."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +13,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch_disc
 
 FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu("
+FUSED = "disc::attention("
+FUSED_BACKWARD = "disc::attention_backward("
 FLASH_BACKWARD = "aten::_scaled_dot_product_flash_attention_for_cpu_backward("
 
 
@@ -53,21 +58,76 @@ def test_no_dropout_records_the_flash_kernel_and_matches_eager(mask, causal):
         torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-5, atol=1e-6)
 
 
-def test_dropout_and_the_math_switch_keep_the_composite():
+def test_the_math_switch_keeps_the_composite():
     tensors = qkv()
     got, _ = sdpa_on("disc", tensors, None, False, grad=False)
     with sdpa_kernel(SDPBackend.MATH):
         forced, _ = sdpa_on("disc", tensors, None, False, grad=False)
+        dropped = F.scaled_dot_product_attention(*[t.to("disc") for t in tensors], dropout_p=0.5)
+    text = torch_disc.graph_text(dropped)
+    assert FUSED not in text and "aten::native_dropout" in text
     text = torch_disc.graph_text(forced)
     assert FLASH not in text and "aten::bmm" in text
     torch.testing.assert_close(forced.cpu(), got.cpu(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def attention_option():
+    yield torch_disc.options.set
+    torch_disc.options.set("DISC_ATTENTION", "fused")
+
+
+def dropout_step(mode, tensors, mask, causal, p=0.3, seed=5):
+    """Forward and backward of SDPA with dropout on disc under `mode`, from
+    the same generator state: the values, the gradients and both graphs."""
+    torch_disc.options.set("DISC_ATTENTION", mode)
+    torch.manual_seed(seed)
+    leaves = [t.to("disc").requires_grad_() for t in tensors]
+    m = None if mask is None else mask.to("disc")
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=m, is_causal=causal, dropout_p=p)
+    forward = torch_disc.graph_text(out)
+    cot = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    out.backward(cot.to("disc"))
+    backward = torch_disc.graph_text(*[t.grad for t in leaves])
+    return out.cpu(), [t.grad.cpu() for t in leaves], forward, backward
+
+
+@pytest.mark.parametrize("mask", ["none", "bool", "additive", "causal"])
+def test_dropout_runs_the_fused_kernel_and_matches_the_composite(mask, attention_option):
+    tensors = qkv(lq=40, lk=72)
+    m = None if mask == "causal" else masks(40, 72)[mask]
+    before = torch_disc.metrics.counters().get("fallbacks", 0)
+    out, grads, forward, backward = dropout_step("fused", tensors, m, mask == "causal")
+    assert FUSED in forward and "native_dropout" not in forward and "aten::bmm" not in forward
+    assert FUSED_BACKWARD in backward and "aten::bmm" not in backward
+    want, want_grads, composite, _ = dropout_step("composite", tensors, m, mask == "causal")
+    assert "aten::native_dropout" in composite and FUSED not in composite
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert torch_disc.metrics.counters().get("fallbacks", 0) == before
+
+
+def test_each_call_draws_a_new_mask_without_recompiling(attention_option):
+    tensors = qkv(lq=32, lk=32)
+    first, *_ = dropout_step("fused", tensors, None, False, seed=1)
+    compiles = torch_disc.metrics.counters()["compiles"]
+    second, *_ = dropout_step("fused", tensors, None, False, seed=2)
+    again, *_ = dropout_step("fused", tensors, None, False, seed=1)
+    assert torch_disc.metrics.counters()["compiles"] == compiles
+    assert not torch.equal(first, second)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+def test_what_the_fused_kernel_does_not_take_keeps_the_composite(attention_option):
+    tensors = qkv()
     leaves = [t.to("disc") for t in tensors]
-    dropped = F.scaled_dot_product_attention(*leaves, dropout_p=0.5)
-    text = torch_disc.graph_text(dropped)
-    assert FLASH not in text and "aten::native_dropout" in text
-    # Dropout zeroes whole score entries: every output is a mix of v's rows
-    # with weights summing to 0 or 2 (1 / (1 - p)); here only its finiteness.
-    assert torch.isfinite(dropped.cpu()).all()
+    mask = torch.randn(16, 16).to("disc").requires_grad_()  # its gradient: the composite's
+    text = torch_disc.graph_text(F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=0.2))
+    assert FUSED not in text and "aten::native_dropout" in text
+    half = [t.to(torch.bfloat16) for t in leaves]
+    text = torch_disc.graph_text(F.scaled_dot_product_attention(*half, dropout_p=0.2))
+    assert FUSED not in text
 
 
 def test_bf16_autocast_attention_matches_eagers_autocast():
@@ -95,3 +155,30 @@ def test_a_hugging_face_eval_forward_runs_flash_and_matches_eager():
         got = model(input_ids=ids.to("disc")).logits
         assert torch_disc.graph_text(got).count(FLASH) == config.n_layer
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
+    """GPT-2 with attention dropout: one fused call per layer each way, and
+    the loss and gradients of the composite under the same seed."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=100,
+                                     attn_pdrop=0.2, resid_pdrop=0.0, embd_pdrop=0.0)
+    torch.manual_seed(0)
+    cpu_model = transformers.GPT2LMHeadModel(config).train()
+    ids = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(3))
+    results = {}
+    for mode in ("fused", "composite"):
+        torch_disc.options.set("DISC_ATTENTION", mode)
+        model = copy.deepcopy(cpu_model).to("disc")
+        torch.manual_seed(7)
+        loss = model(input_ids=ids.to("disc"), labels=ids.to("disc")).loss
+        loss.backward()
+        grads = [p.grad for p in model.parameters()]
+        text = torch_disc.graph_text(*grads)
+        results[mode] = (loss.item(), [g.cpu() for g in grads], text)
+    loss, grads, text = results["fused"]
+    assert text.count(FUSED) == text.count(FUSED_BACKWARD) == config.n_layer
+    want_loss, want_grads, _ = results["composite"]
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,214 @@
+// disc::attention and its backward: scaled dot-product attention with
+// dropout as one op each way (runtime/cpu/attention.h), so a training step
+// keeps no [B, H, Lq, Lk] probabilities or dropout mask for its backward, and
+// writes none.
+//
+// torch reaches them through its contract for PrivateUse1 devices: where
+// attention_choice.cpp answers `overrideable`, SDPA calls
+// _scaled_dot_product_fused_attention_overrideable, and autograd its
+// backward; disc's kernels for those two record these ops. Their graphs
+// replay them with the CPU kernels below, on every executor.
+//
+//   attention(q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], mask?,
+//             dropout_p, is_causal, scale, seed []) -> (out [B, H, Lq, Dv],
+//                                                        lse [B, H, Lq])
+//   attention_backward(grad_out, q, k, v, mask?, out, lse, dropout_p,
+//                      is_causal, scale, seed) -> (grad_q, grad_k, grad_v)
+//
+// The mask is float32 (added) or bool (false: masked), broadcast to
+// [B, H, Lq, Lk]. `seed` is an int64 CPU scalar: the key of the dropout
+// stream (runtime/philox.h), data to the graph, so a new seed never
+// recompiles; it is also the forward's philox_seed, which autograd hands
+// the backward.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "lazy_backend/device/rng.h"
+#include "runtime/cpu/attention.h"
+#include "runtime/philox.h"
+
+namespace disc {
+
+namespace {
+
+using at::Tensor;
+using std::optional;
+
+constexpr const char* kOp = "disc::attention";
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask) {
+  for (const Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->dim() == 4, kOp, ": q, k and v must be [B, H, L, D], got ", t->sizes());
+    TORCH_CHECK(t->scalar_type() == at::kFloat, kOp, ": float32 only, got ", t->scalar_type());
+  }
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                  v.size(1) == q.size(1) && k.size(3) == q.size(3) && v.size(2) == k.size(2),
+              kOp, ": q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not match");
+  if (mask && mask->defined())
+    TORCH_CHECK(mask->scalar_type() == at::kFloat || mask->scalar_type() == at::kBool, kOp,
+                ": the mask must be float32 or bool, got ", mask->scalar_type());
+}
+
+// One head's part of the call: its sizes, mask view and dropout stream.
+struct Heads {
+  runtime::AttentionHead head;
+  int64_t count = 0, heads = 0;
+  Tensor mask;  // expanded to [B, H, Lq, Lk]: zero strides where broadcast
+
+  runtime::AttentionHead at(int64_t bh) const {
+    runtime::AttentionHead h = head;
+    h.stream_offset = bh * h.lq * h.lk;
+    if (mask.defined()) {
+      const int64_t offset = (bh / heads) * mask.stride(0) + (bh % heads) * mask.stride(1);
+      h.mask.data = static_cast<const char*>(mask.const_data_ptr()) + offset * mask.element_size();
+    }
+    return h;
+  }
+};
+
+Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask,
+               double dropout_p, bool is_causal, double scale, const Tensor& seed) {
+  Heads hs;
+  runtime::AttentionHead& h = hs.head;
+  h.lq = q.size(2), h.lk = k.size(2), h.d = q.size(3), h.dv = v.size(3);
+  h.scale = static_cast<float>(scale);
+  h.causal = is_causal;
+  h.dropout_p = static_cast<float>(dropout_p);
+  h.seed = static_cast<uint64_t>(seed.item<int64_t>());
+  hs.count = q.size(0) * q.size(1), hs.heads = q.size(1);
+  if (mask && mask->defined()) {
+    hs.mask = mask->expand({q.size(0), q.size(1), h.lq, h.lk});
+    h.mask.is_bool = hs.mask.scalar_type() == at::kBool;
+    h.mask.row_stride = hs.mask.stride(2), h.mask.col_stride = hs.mask.stride(3);
+  }
+  return hs;
+}
+
+std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                         const optional<Tensor>& mask, double dropout_p,
+                                         bool is_causal, double scale, const Tensor& seed) {
+  check_inputs(q_in, k_in, v_in, mask);
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
+  const runtime::AttentionHead& h = hs.head;
+  Tensor out = at::empty({q.size(0), q.size(1), h.lq, h.dv}, q.options());
+  Tensor lse = at::empty({q.size(0), q.size(1), h.lq}, q.options());
+  const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
+  float *op = out.data_ptr<float>(), *lp = lse.data_ptr<float>();
+  at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t bh = b0; bh < b1; ++bh)
+      runtime::attention_forward(hs.at(bh), qp + bh * h.lq * h.d, kp + bh * h.lk * h.d,
+                                 vp + bh * h.lk * h.dv, op + bh * h.lq * h.dv, lp + bh * h.lq);
+  });
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
+    const Tensor& grad_out, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+    const optional<Tensor>& mask, const Tensor& out_in, const Tensor& lse_in, double dropout_p,
+    bool is_causal, double scale, const Tensor& seed) {
+  check_inputs(q_in, k_in, v_in, mask);
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Tensor go = grad_out.contiguous(), out = out_in.contiguous(), lse = lse_in.contiguous();
+  const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
+  const runtime::AttentionHead& h = hs.head;
+  Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+         dv = at::empty(v.sizes(), v.options());
+  at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t bh = b0; bh < b1; ++bh) {
+      const int64_t qo = bh * h.lq * h.d, ko = bh * h.lk * h.d, vo = bh * h.lk * h.dv,
+                    oo = bh * h.lq * h.dv;
+      runtime::attention_backward(hs.at(bh), q.const_data_ptr<float>() + qo, k.const_data_ptr<float>() + ko,
+                                  v.const_data_ptr<float>() + vo, out.const_data_ptr<float>() + oo,
+                                  lse.const_data_ptr<float>() + bh * h.lq, go.const_data_ptr<float>() + oo,
+                                  dq.data_ptr<float>() + qo, dk.data_ptr<float>() + ko,
+                                  dv.data_ptr<float>() + vo);
+    }
+  });
+  return {dq, dk, dv};
+}
+
+std::tuple<Tensor, Tensor> attention_meta(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const optional<Tensor>& mask, double, bool, double,
+                                          const Tensor&) {
+  check_inputs(q, k, v, mask);
+  return {at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
+          at::empty({q.size(0), q.size(1), q.size(2)}, q.options())};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward_meta(
+    const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask,
+    const Tensor&, const Tensor&, double, bool, double, const Tensor&) {
+  check_inputs(q, k, v, mask);
+  return {at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options()),
+          at::empty(v.sizes(), v.options())};
+}
+
+double scale_of(const Tensor& q, optional<double> scale) {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+
+// The disc kernels of torch's fused-attention contract for PrivateUse1.
+std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor>
+fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask,
+                double dropout_p, bool is_causal, bool return_debug_mask, optional<double> scale) {
+  TORCH_CHECK(!return_debug_mask, kOp, ": no debug mask (the probabilities are never stored)");
+  const auto [seed, offset] = next_random_draw();
+  const Tensor key = at::scalar_tensor(static_cast<int64_t>(runtime::stream_seed(seed, offset)), at::kLong);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("disc::attention", "")
+                             .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                                               const optional<Tensor>&, double, bool,
+                                                               double, const Tensor&)>();
+  auto [out, lse] = op.call(q, k, v, mask, dropout_p, is_causal, scale_of(q, scale), key);
+  return {out, lse, Tensor(), Tensor(), q.sym_size(2), k.sym_size(2), key, at::zeros_like(key), Tensor()};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> fused_attention_backward(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+    std::array<bool, 4> grad_input_mask, const Tensor& out, const Tensor& lse, const Tensor&,
+    const Tensor&, c10::SymInt, c10::SymInt, double dropout_p, bool is_causal,
+    const Tensor& philox_seed, const Tensor&, optional<double> scale) {
+  TORCH_CHECK(!grad_input_mask[3], kOp, ": no gradient for the attention mask");
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("disc::attention_backward", "")
+          .typed<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                                    const Tensor&, const optional<Tensor>&,
+                                                    const Tensor&, const Tensor&, double, bool,
+                                                    double, const Tensor&)>();
+  auto [dq, dk, dv] = op.call(grad_out, q, k, v, mask.defined() ? optional<Tensor>(mask) : std::nullopt,
+                              out, lse, dropout_p, is_causal, scale_of(q, scale), philox_seed);
+  return {dq, dk, dv, Tensor()};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(disc, m) {
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, bool is_causal, "
+        "float scale, Tensor seed) -> (Tensor, Tensor)");
+  m.def("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? mask, "
+        "Tensor out, Tensor lse, float dropout_p, bool is_causal, float scale, Tensor seed) -> "
+        "(Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(disc, CPU, m) {
+  m.impl("attention", TORCH_FN(attention_cpu));
+  m.impl("attention_backward", TORCH_FN(attention_backward_cpu));
+}
+
+TORCH_LIBRARY_IMPL(disc, Meta, m) {
+  m.impl("attention", TORCH_FN(attention_meta));
+  m.impl("attention_backward", TORCH_FN(attention_backward_meta));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(fused_attention));
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+         TORCH_FN(fused_attention_backward));
+}
+
+}  // namespace disc

@@ -1,0 +1,185 @@
+// runtime/cpu/attention.h against the formulas in double precision: scores,
+// safe softmax, dropout by the Philox stream, and the gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "runtime/components.h"
+#include "runtime/cpu/attention.h"
+#include "runtime/philox.h"
+
+namespace {
+
+using disc::runtime::AttentionHead;
+using Matrix = std::vector<double>;  // row-major
+
+struct Expected {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+std::vector<float> randoms(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+double mask_at(const AttentionHead& h, int64_t i, int64_t j) {
+  const auto& m = h.mask;
+  if (h.causal && j > i) return -INFINITY;
+  if (!m.data) return 0;
+  const int64_t at = i * m.row_stride + j * m.col_stride;
+  if (m.is_bool) return static_cast<const bool*>(m.data)[at] ? 0 : -INFINITY;
+  return static_cast<const float*>(m.data)[at];
+}
+
+Expected reference(const AttentionHead& h, const std::vector<float>& q, const std::vector<float>& k,
+                   const std::vector<float>& v, const std::vector<float>& go) {
+  const int64_t lq = h.lq, lk = h.lk, d = h.d, dv = h.dv;
+  std::vector<char> kept(lq * lk, 1);
+  if (h.dropout_p > 0)
+    disc::runtime::dropout_f32(h.seed, 1.f - h.dropout_p, 1.f, h.stream_offset, h.stream_offset + lq * lk,
+                               nullptr, nullptr, reinterpret_cast<bool*>(kept.data()));
+  const double inv_keep = 1.0 / (1.0 - h.dropout_p);
+  Matrix p(lq * lk, 0.0), dropped(lq * lk, 0.0);
+  Expected e;
+  e.lse.assign(lq, INFINITY);
+  for (int64_t i = 0; i < lq; ++i) {
+    double mx = -INFINITY;
+    std::vector<double> s(lk);
+    for (int64_t j = 0; j < lk; ++j) {
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += double(q[i * d + c]) * k[j * d + c];
+      s[j] = dot * h.scale + mask_at(h, i, j);
+      mx = std::max(mx, s[j]);
+    }
+    if (mx == -INFINITY) continue;
+    double sum = 0;
+    for (int64_t j = 0; j < lk; ++j) sum += std::exp(s[j] - mx);
+    e.lse[i] = static_cast<float>(mx + std::log(sum));
+    for (int64_t j = 0; j < lk; ++j) {
+      p[i * lk + j] = std::exp(s[j] - mx) / sum;
+      dropped[i * lk + j] = kept[i * lk + j] ? p[i * lk + j] * inv_keep : 0.0;
+    }
+  }
+  e.o.assign(lq * dv, 0.f), e.dq.assign(lq * d, 0.f), e.dk.assign(lk * d, 0.f), e.dv.assign(lk * dv, 0.f);
+  Matrix dk(lk * d, 0.0), dvv(lk * dv, 0.0);
+  for (int64_t i = 0; i < lq; ++i) {
+    for (int64_t c = 0; c < dv; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < lk; ++j) acc += dropped[i * lk + j] * v[j * dv + c];
+      e.o[i * dv + c] = static_cast<float>(acc);
+    }
+    std::vector<double> dp(lk);
+    double row = 0;
+    for (int64_t j = 0; j < lk; ++j) {
+      double g = 0;
+      for (int64_t c = 0; c < dv; ++c) g += double(go[i * dv + c]) * v[j * dv + c];
+      dp[j] = kept[i * lk + j] ? g * inv_keep : 0.0;
+      row += p[i * lk + j] * dp[j];
+    }
+    for (int64_t j = 0; j < lk; ++j) {
+      const double ds = p[i * lk + j] * (dp[j] - row) * h.scale;
+      for (int64_t c = 0; c < d; ++c) {
+        e.dq[i * d + c] += static_cast<float>(ds * k[j * d + c]);
+        dk[j * d + c] += ds * q[i * d + c];
+      }
+      for (int64_t c = 0; c < dv; ++c) dvv[j * dv + c] += dropped[i * lk + j] * go[i * dv + c];
+    }
+  }
+  for (size_t x = 0; x < dk.size(); ++x) e.dk[x] = static_cast<float>(dk[x]);
+  for (size_t x = 0; x < dvv.size(); ++x) e.dv[x] = static_cast<float>(dvv[x]);
+  return e;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t x = 0; x < got.size(); ++x) {
+    if (std::isinf(want[x])) {
+      ASSERT_EQ(got[x], want[x]) << what << "[" << x << "]";
+      continue;
+    }
+    ASSERT_NEAR(got[x], want[x], 2e-5 + 2e-4 * std::fabs(want[x])) << what << "[" << x << "]";
+  }
+}
+
+// Runs one head both ways and compares everything.
+void check(AttentionHead h) {
+  if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
+  const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3),
+             go = randoms(h.lq * h.dv, 4);
+  Expected want = reference(h, q, k, v, go);
+  Expected got;
+  got.o.resize(h.lq * h.dv), got.lse.resize(h.lq), got.dq.resize(h.lq * h.d);
+  got.dk.resize(h.lk * h.d), got.dv.resize(h.lk * h.dv);
+  disc::runtime::attention_forward(h, q.data(), k.data(), v.data(), got.o.data(), got.lse.data());
+  expect_near(got.o, want.o, "o");
+  expect_near(got.lse, want.lse, "lse");
+  disc::runtime::attention_backward(h, q.data(), k.data(), v.data(), got.o.data(), got.lse.data(),
+                                    go.data(), got.dq.data(), got.dk.data(), got.dv.data());
+  expect_near(got.dq, want.dq, "dq");
+  expect_near(got.dk, want.dk, "dk");
+  expect_near(got.dv, want.dv, "dv");
+}
+
+AttentionHead head(int64_t lq, int64_t lk, int64_t d, int64_t dv) {
+  AttentionHead h;
+  h.lq = lq, h.lk = lk, h.d = d, h.dv = dv;
+  h.scale = 1.f / std::sqrt(static_cast<float>(d));
+  return h;
+}
+
+TEST(Attention, PlainMatchesTheFormulas) { check(head(37, 53, 16, 24)); }
+
+TEST(Attention, DropoutDrawsTheScoresStream) {
+  AttentionHead h = head(40, 70, 8, 8);
+  h.dropout_p = 0.3f, h.seed = 0x1234567890abcdefULL, h.stream_offset = 5 * 40 * 70;
+  check(h);
+}
+
+TEST(Attention, CausalWithDropout) {
+  AttentionHead h = head(33, 33, 8, 8);
+  h.causal = true, h.dropout_p = 0.1f, h.seed = 7;
+  check(h);
+}
+
+// Causal blocks read only the keys their rows see: lq above and below lk,
+// several blocks (65536 / lk rows each).
+TEST(Attention, CausalBlocksReadOnlyTheKeysTheySee) {
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{700, 256}, {150, 700}}) {
+    AttentionHead h = head(lq, lk, 8, 8);
+    h.causal = true, h.dropout_p = 0.1f, h.seed = 13;
+    check(h);
+  }
+}
+
+// More rows than one block holds: blocks of 65536 / lk rows.
+TEST(Attention, ManyBlocksAccumulateTheKeyGradients) {
+  AttentionHead h = head(600, 256, 8, 4);
+  h.dropout_p = 0.2f, h.seed = 9;
+  check(h);
+}
+
+TEST(Attention, AdditiveMaskBroadcastOverRows) {
+  const auto bias = randoms(50, 5);
+  AttentionHead h = head(20, 50, 8, 8);
+  h.mask = {bias.data(), false, 0, 1};  // one [lk] row for every query row
+  check(h);
+}
+
+TEST(Attention, BoolMaskWithFullyMaskedRowsGivesZeros) {
+  const int64_t lq = 12, lk = 20;
+  std::vector<char> allowed(lq * lk);
+  for (int64_t i = 0; i < lq; ++i)
+    for (int64_t j = 0; j < lk; ++j) allowed[i * lk + j] = i % 4 != 0 && (i + j) % 3 != 0;
+  AttentionHead h = head(lq, lk, 8, 8);
+  h.mask = {allowed.data(), true, lk, 1};
+  h.dropout_p = 0.25f, h.seed = 11;
+  check(h);
+}
+
+}  // namespace
