@@ -2,20 +2,21 @@
 //
 // torch asks a PrivateUse1 device for its SDPA backend through
 // _fused_sdp_choice_stub and takes the math composite where none is
-// registered: bmm, softmax, dropout, bmm, with the [B, H, L, L] scores
-// written and read back, and the probabilities and dropout mask kept for the
+// registered: bmm, softmax, dropout, bmm, with the [B, H, Lq, Lk] scores
+// written and, in training, the probabilities and dropout mask kept for the
 // backward. disc answers:
-//  * with dropout (training), float32 on the CPU target: `overrideable`,
-//    disc's fused attention (trace/attention_ops.cpp), which keeps none of
-//    them; DISC_ATTENTION=composite keeps the math composite;
-//  * otherwise the CPU's own policy: its flash kernel where eager's would
-//    take it (it has no dropout), recorded as
+//  * float32 on the CPU target: `overrideable`, disc's fused attention
+//    (trace/attention_ops.cpp), which keeps none of them, dropout or not;
+//  * otherwise (bf16, grouped heads, a mask that needs a gradient, or
+//    DISC_ATTENTION=cpu) the CPU's own policy: its flash kernel where
+//    eager's would take it (it has no dropout), recorded as
 //    _scaled_dot_product_flash_attention_for_cpu and its backward and run on
 //    ATen (counted as launches.aten), else the math composite.
-// Both honour torch.nn.attention.sdpa_kernel.
+// Both honour torch.nn.attention.sdpa_kernel (`overrideable` is its
+// SDPBackend.OVERRIDEABLE).
 #include <ATen/Context.h>
-#include <ATen/native/transformers/attention.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
 
 #include "lazy_backend/device/target.h"
@@ -37,13 +38,13 @@ bool broadcasts_to(const Tensor& mask, const Tensor& q, const Tensor& k) {
 
 // Whether disc's fused attention computes this call.
 bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const std::optional<Tensor>& mask, double dropout_p) {
-  if (dropout_p <= 0 || !at::globalContext().userEnabledOverrideableSDP()) return false;
+                           const std::optional<Tensor>& mask) {
+  if (!at::globalContext().userEnabledOverrideableSDP()) return false;
   if (disc::options::text(disc::options::Id::kAttention) != "fused") return false;
   if (!disc::value_device().is_cpu() || !disc::runtime::has_onednn()) return false;
   for (const Tensor* t : {&q, &k, &v})
     if (t->dim() != 4 || t->scalar_type() != kFloat || t->numel() == 0) return false;
-  // Grouped heads (enable_gqa) and mismatched sizes: the composite's, or its error.
+  // Grouped heads (enable_gqa) and mismatched sizes: the CPU's choice, or its error.
   if (k.size(1) != q.size(1) || k.size(3) != q.size(3) || v.size(2) != k.size(2)) return false;
   if (!mask || !mask->defined()) return true;
   return (mask->scalar_type() == kFloat || mask->scalar_type() == kBool) &&
@@ -53,7 +54,7 @@ bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
 int64_t disc_sdp_choice(const Tensor& query, const Tensor& key, const Tensor& value,
                         const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                         std::optional<double> scale, bool enable_gqa) {
-  if (fused_attention_takes(query, key, value, attn_mask, dropout_p))
+  if (fused_attention_takes(query, key, value, attn_mask))
     return static_cast<int64_t>(SDPBackend::overrideable);
   return _fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale,
                                enable_gqa);

@@ -1,5 +1,5 @@
-// disc::attention and its backward: scaled dot-product attention with
-// dropout as one op each way (runtime/cpu/attention.h), so a training step
+// disc::attention and its backward: scaled dot-product attention, dropout
+// included, as one op each way (runtime/cpu/attention.h), so a training step
 // keeps no [B, H, Lq, Lk] probabilities or dropout mask for its backward, and
 // writes none.
 //
@@ -156,8 +156,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
 fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask,
                 double dropout_p, bool is_causal, bool return_debug_mask, optional<double> scale) {
   TORCH_CHECK(!return_debug_mask, kOp, ": no debug mask (the probabilities are never stored)");
-  const auto [seed, offset] = next_random_draw();
-  const Tensor key = at::scalar_tensor(static_cast<int64_t>(runtime::stream_seed(seed, offset)), at::kLong);
+  // Only dropout draws from the generator, as eager's kernels do.
+  uint64_t stream = 0;
+  if (dropout_p > 0) {
+    const auto [seed, offset] = next_random_draw();
+    stream = runtime::stream_seed(seed, offset);
+  }
+  const Tensor key = at::scalar_tensor(static_cast<int64_t>(stream), at::kLong);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("disc::attention", "")
                              .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,

@@ -75,6 +75,16 @@ DISC_VECTOR_CLONES void scores_row(const AttentionHead& h, int64_t i, float* s, 
     int64_t j = 0;
     for (; j + kLanes <= n; j += kLanes) store(s + j, load(s + j) * scale);
     for (; j < n; ++j) s[j] *= scale;
+  } else if (m.is_bool && m.col_stride == 1) {
+    const bool* b = static_cast<const bool*>(m.data) + i * m.row_stride;
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      U8x16 bytes;
+      std::memcpy(&bytes, b + j, sizeof bytes);
+      const I32x16 on = __builtin_convertvector(bytes, I32x16);
+      store(s + j, on != 0 ? load(s + j) * scale : splat(-kInf));
+    }
+    for (; j < n; ++j) s[j] = b[j] ? s[j] * scale : -kInf;
   } else if (m.is_bool || m.col_stride != 1) {
     const float* a = static_cast<const float*>(m.data) + i * m.row_stride;
     const bool* b = static_cast<const bool*>(m.data) + i * m.row_stride;
@@ -185,9 +195,10 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* 
   onednn_gemm(g);
 }
 
-// c += a @ b, through `partial` (the GEMM writes, it does not add).
-void add_product(int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* c,
-                 std::vector<float>& partial) {
+// c = a @ b, or c += a @ b through `partial` (the GEMM writes, it does not add).
+void gemm_into(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* c,
+               std::vector<float>& partial) {
+  if (!add) return gemm(m, n, k, a, b, c);
   partial.resize(m * n);
   gemm(m, n, k, a, b, partial.data());
   add_into(c, partial.data(), m * n);
@@ -254,9 +265,12 @@ void attention_backward(const AttentionHead& h, const float* q, const float* k, 
   sc.g.resize(rows * lk);
   sc.kept.resize(lk);
   const float inv_keep = h.dropout_p > 0 ? 1.f / (1.f - h.dropout_p) : 1.f;
-  // Causal blocks see fewer keys than the next ones: every block adds.
-  std::fill(dk, dk + lk * h.d, 0.f);
-  std::fill(dv, dv + lk * h.dv, 0.f);
+  // The first block writes dk and dv, the others add; causal blocks see
+  // fewer keys than the next ones, so there every block adds.
+  if (h.causal) {
+    std::fill(dk, dk + lk * h.d, 0.f);
+    std::fill(dv, dv + lk * h.dv, 0.f);
+  }
   for (int64_t i0 = 0; i0 < h.lq; i0 += rows) {
     const int64_t r = std::min(rows, h.lq - i0), n = keys_seen(h, i0, r);
     const float* q_rows = q + i0 * h.d;
@@ -282,9 +296,10 @@ void attention_backward(const AttentionHead& h, const float* q, const float* k, 
       }
       gradient_row(s, g, kept, n, delta, inv_keep, h.scale);
     }
-    add_product(n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc.partial);
+    const bool add = h.causal || i0 > 0;
+    gemm_into(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc.partial);
     gemm(r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq + i0 * h.d);
-    add_product(n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
+    gemm_into(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
   }
 }
 

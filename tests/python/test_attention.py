@@ -1,8 +1,8 @@
-"""scaled_dot_product_attention on disc (attention_choice.cpp): with dropout
-disc's fused attention (trace/attention_ops.cpp), which draws the math
-composite's dropout mask for the same seed and so matches it forward and
-backward; without, the kernel the CPU would take, the flash kernel where
-eager's policy picks it, which matches eager."""
+"""scaled_dot_product_attention on disc (attention_choice.cpp): in float32
+disc's fused attention (trace/attention_ops.cpp), which matches eager
+without dropout and, with dropout, draws the math composite's mask for the
+same seed and so matches the composite forward and backward; elsewhere (bf16,
+DISC_ATTENTION=cpu, sdpa_kernel) the kernel the CPU would take."""
 import copy
 
 import pytest
@@ -39,28 +39,44 @@ def sdpa_on(device, tensors, mask, causal, grad):
     return out, leaves
 
 
+@pytest.fixture
+def attention_option():
+    yield torch_disc.options.set
+    torch_disc.options.set("DISC_ATTENTION", "fused")
+
+
+@pytest.mark.parametrize("mode,forward,backward", [("fused", FUSED, FUSED_BACKWARD),
+                                                   ("cpu", FLASH, FLASH_BACKWARD)])
 @pytest.mark.parametrize("mask", ["none", "bool", "additive"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_no_dropout_records_the_flash_kernel_and_matches_eager(mask, causal):
+def test_no_dropout_matches_eager(mask, causal, mode, forward, backward, attention_option):
     if causal and mask != "none":
         pytest.skip("SDPA takes a mask or is_causal, not both")
+    attention_option("DISC_ATTENTION", mode)
     tensors = qkv()
     m = masks(16, 16)[mask]
     want, cpu_leaves = sdpa_on("cpu", tensors, m, causal, grad=True)
+    rng = torch.get_device_module("disc").get_rng_state()
     got, disc_leaves = sdpa_on("disc", tensors, m, causal, grad=True)
-    assert FLASH in torch_disc.graph_text(got)
+    assert forward in torch_disc.graph_text(got)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
     cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(2))
     want.backward(cot)
     got.backward(cot.to("disc"))
-    assert FLASH_BACKWARD in torch_disc.graph_text(*[t.grad for t in disc_leaves])
+    assert backward in torch_disc.graph_text(*[t.grad for t in disc_leaves])
     for d, c in zip(disc_leaves, cpu_leaves):
         torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-5, atol=1e-6)
+    if mode == "fused":  # no dropout, no draw (the capture draws for any op tagged random)
+        assert torch.equal(torch.get_device_module("disc").get_rng_state(), rng)
 
 
-def test_the_math_switch_keeps_the_composite():
+def test_sdpa_kernel_picks_the_cpus_kernels():
     tensors = qkv()
     got, _ = sdpa_on("disc", tensors, None, False, grad=False)
+    assert FUSED in torch_disc.graph_text(got)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        flash, _ = sdpa_on("disc", tensors, None, False, grad=False)
+    assert FLASH in torch_disc.graph_text(flash)
     with sdpa_kernel(SDPBackend.MATH):
         forced, _ = sdpa_on("disc", tensors, None, False, grad=False)
         dropped = F.scaled_dot_product_attention(*[t.to("disc") for t in tensors], dropout_p=0.5)
@@ -69,12 +85,7 @@ def test_the_math_switch_keeps_the_composite():
     text = torch_disc.graph_text(forced)
     assert FLASH not in text and "aten::bmm" in text
     torch.testing.assert_close(forced.cpu(), got.cpu(), rtol=1e-5, atol=1e-6)
-
-
-@pytest.fixture
-def attention_option():
-    yield torch_disc.options.set
-    torch_disc.options.set("DISC_ATTENTION", "fused")
+    torch.testing.assert_close(flash.cpu(), got.cpu(), rtol=1e-5, atol=1e-6)
 
 
 def dropout_step(mode, tensors, mask, causal, p=0.3, seed=5):
@@ -100,7 +111,7 @@ def test_dropout_runs_the_fused_kernel_and_matches_the_composite(mask, attention
     out, grads, forward, backward = dropout_step("fused", tensors, m, mask == "causal")
     assert FUSED in forward and "native_dropout" not in forward and "aten::bmm" not in forward
     assert FUSED_BACKWARD in backward and "aten::bmm" not in backward
-    want, want_grads, composite, _ = dropout_step("composite", tensors, m, mask == "causal")
+    want, want_grads, composite, _ = dropout_step("cpu", tensors, m, mask == "causal")
     assert "aten::native_dropout" in composite and FUSED not in composite
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
     for g, w in zip(grads, want_grads):
@@ -141,7 +152,7 @@ def test_bf16_autocast_attention_matches_eagers_autocast():
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
 
 
-def test_a_hugging_face_eval_forward_runs_flash_and_matches_eager():
+def test_a_hugging_face_eval_forward_runs_the_fused_kernel_and_matches_eager():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64,
                                      vocab_size=100)
@@ -153,7 +164,7 @@ def test_a_hugging_face_eval_forward_runs_flash_and_matches_eager():
         model.to("disc")
         torch_disc.sync()
         got = model(input_ids=ids.to("disc")).logits
-        assert torch_disc.graph_text(got).count(FLASH) == config.n_layer
+        assert torch_disc.graph_text(got).count(FUSED) == config.n_layer
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
@@ -167,7 +178,7 @@ def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
     cpu_model = transformers.GPT2LMHeadModel(config).train()
     ids = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(3))
     results = {}
-    for mode in ("fused", "composite"):
+    for mode in ("fused", "cpu"):
         torch_disc.options.set("DISC_ATTENTION", mode)
         model = copy.deepcopy(cpu_model).to("disc")
         torch.manual_seed(7)
@@ -178,7 +189,7 @@ def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
         results[mode] = (loss.item(), [g.cpu() for g in grads], text)
     loss, grads, text = results["fused"]
     assert text.count(FUSED) == text.count(FUSED_BACKWARD) == config.n_layer
-    want_loss, want_grads, _ = results["composite"]
+    want_loss, want_grads, _ = results["cpu"]
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
