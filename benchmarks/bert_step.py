@@ -33,7 +33,11 @@ the first (warm-up) step's time, which includes compilation, and the ratios
 disc also reports per timed step, from ``torch_disc.metrics``: compiles
 (compile-cache misses), kernel launches, graphs run, syncs, CPU fallbacks
 the tracing cost per op and the graphs the on-disk compile cache served
-(instead of compiling them).  For torch.compile, "compiles" counts the
+(instead of compiling them). Then it runs the timed batches once more with
+``DISC_PROFILE=1`` (not timed; ``--no-profile`` skips it) and reports where
+its graphs spent a step: all graph steps, the GEMMs on oneDNN, the fused
+attention ops, and the step time over the GEMMs' (the bound the step
+approaches when everything but GEMMs is free).  For torch.compile, "compiles" counts the
 graphs Dynamo compiled.  Every measurement also records the peak resident
 memory of its process over it, model loading included (``benchmarks.memory``).
 
@@ -198,11 +202,9 @@ def _measure(part, backend, args):
     counters = (DiscCounters() if backend == "disc" else
                 DynamoCounters() if backend == "compile" else None)
 
-    times, losses, warmup_counts = [], [], None
-    for i, batch in enumerate(batches):
-        if i == args.warmup and counters:
-            warmup_counts = counters.delta()
-        start = time.perf_counter()
+    losses = []
+
+    def run_batch(batch):
         if training:
             loss = finetune.train_step(model, opt, scheduler, batch, device,
                                        fargs.max_grad_norm, args.autocast)
@@ -213,20 +215,57 @@ def _measure(part, backend, args):
                                                  enabled=args.autocast):
                 logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
                 logits.argmax(dim=-1).cpu()
+
+    times, warmup_counts = [], None
+    for i, batch in enumerate(batches):
+        if i == args.warmup and counters:
+            warmup_counts = counters.delta()
+        start = time.perf_counter()
+        run_batch(batch)
         times.append((time.perf_counter() - start) * 1e3)
     result = {
         "part": part, "backend": backend, "lengths": lengths,
         "first_ms": times[0], "times_ms": times[args.warmup:],
-        "losses": losses,
+        "losses": list(losses),
     }
     if counters:
         result["warmup_counters"] = warmup_counts
         result["counters"] = counters.delta()
+    if backend == "disc" and args.profile:
+        result["profile"] = profile_steps(run_batch, batches[:args.warmup], batches[args.warmup:])
     del model, batches
     if training:
         del opt, scheduler
     gc.collect()
     return result
+
+
+def profile_steps(run_batch, warmup, timed):
+    """Where disc's graphs spent a step: the timed batches again with
+    DISC_PROFILE=1, after the warm-up batches (the profiled graphs compile
+    again). Per step, ms: every graph step, the GEMMs on the library (oneDNN
+    calls and merged GEMM groups), and the fused attention ops (whose GEMMs
+    are inside them)."""
+    import torch_disc
+
+    torch_disc.options.set("DISC_PROFILE", "1")
+    try:
+        for batch in warmup:
+            run_batch(batch)
+        before = torch_disc.metrics.counters()
+        for batch in timed:
+            run_batch(batch)
+        after = torch_disc.metrics.counters()
+    finally:
+        torch_disc.options.set("DISC_PROFILE", "0")
+    spent = {k[len("profile."):-len("_ns")]: v - before.get(k, 0) for k, v in after.items()
+             if k.startswith("profile.") and k.endswith("_ns")}
+
+    def ms(labels):
+        return sum(v for k, v in spent.items() if k.startswith(labels)) / 1e6 / len(timed)
+
+    return {"graph_ms": ms(""), "gemm_ms": ms(("library.", "gemm_group.")),
+            "attention_ms": ms("aten.disc::attention")}
 
 
 def run_compiled(parts, args):
@@ -303,6 +342,9 @@ def summarize(raw, batch_size):
                 compile_failures=c["compile_failures"] + w["compile_failures"])
         else:
             row["graph_breaks"] = c["graph_breaks"] + w["graph_breaks"]
+    if "profile" in raw:
+        row["profile"] = raw["profile"]
+        row["vs_gemms"] = row["ms"] / raw["profile"]["gemm_ms"] if raw["profile"]["gemm_ms"] else None
     return row
 
 
@@ -346,6 +388,11 @@ def table(rows):
                 note += " (" + ", ".join(f"{k} x{v}" for k, v in sorted(r["fallback_ops"].items())) + ")"
             if r["compile_failures"]:
                 note += f", {r['compile_failures']} compile failures"
+            if "profile" in r:
+                p = r["profile"]
+                note += (f"; profiled: graphs {p['graph_ms']:.1f} ms/step, GEMMs {p['gemm_ms']:.1f}"
+                         f" (step / GEMMs {fmt(r['vs_gemms'], '.2f')}), fused attention"
+                         f" {p['attention_ms']:.1f}")
             notes.append(note)
         elif r.get("graph_breaks"):
             notes.append(f"{r['part']} / {r['backend']}: {r['graph_breaks']} graph breaks")
@@ -430,6 +477,8 @@ def parse_args(argv=None):
     add_threads(p)
     add_out(p)
     p.add_argument("--verbose", action="store_true", help="progress on stderr")
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="skip disc's profiled rerun of the timed steps (GEMM time per step)")
     p.add_argument("--compile-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name, choices in (("parts", PARTS), ("devices", DEVICES)):
