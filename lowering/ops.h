@@ -46,7 +46,8 @@ inline bool may_fail_on_data(uint32_t op) { return classify(op) == OpClass::kOpa
 // A collective: it talks to other processes (ops.def).
 inline bool is_collective(uint32_t op) {
   const Op o = op_of(op);
-  return o == Op::kAllReduce || o == Op::kBroadcast || o == Op::kAllGather || o == Op::kReduceScatter;
+  return o == Op::kAllReduce || o == Op::kBroadcast || o == Op::kAllGather ||
+         o == Op::kReduceScatter || o == Op::kScatter || o == Op::kGather || o == Op::kAllToAll;
 }
 // convolution or convolution_backward.
 inline bool is_convolution(uint32_t op) {

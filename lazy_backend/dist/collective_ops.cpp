@@ -18,7 +18,9 @@ using at::Tensor;
 using std::optional;
 using RedOp = c10d::ReduceOp::RedOpType;
 
-enum class Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter };
+enum class Kind : int64_t {
+  kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kScatter, kGather, kAllToAll
+};
 
 const char* kind_name(int64_t k) {
   switch (static_cast<Kind>(k)) {
@@ -26,8 +28,16 @@ const char* kind_name(int64_t k) {
     case Kind::kBroadcast: return "broadcast";
     case Kind::kAllGather: return "all_gather";
     case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kScatter: return "scatter";
+    case Kind::kGather: return "gather";
+    case Kind::kAllToAll: return "all_to_all";
   }
   return "an unknown collective";
+}
+
+bool has_root(int64_t k) {
+  const Kind kind = static_cast<Kind>(k);
+  return kind == Kind::kBroadcast || kind == Kind::kScatter || kind == Kind::kGather;
 }
 
 const char* reduce_op_name(int64_t op) {
@@ -47,10 +57,11 @@ const char* reduce_op_name(int64_t op) {
 // One rank's account of a collective: [number on the group, kind, elements,
 // dtype, reduce operator or root].
 std::string describe(const int64_t* s) {
-  const std::string arg = s[1] == static_cast<int64_t>(Kind::kBroadcast)
-                              ? "root " + std::to_string(s[4])
-                              : s[1] == static_cast<int64_t>(Kind::kAllGather) ? std::string("")
-                                                                                : reduce_op_name(s[4]);
+  const bool reduces = s[1] == static_cast<int64_t>(Kind::kAllReduce) ||
+                       s[1] == static_cast<int64_t>(Kind::kReduceScatter);
+  const std::string arg = has_root(s[1]) ? "root " + std::to_string(s[4])
+                          : reduces      ? std::string(reduce_op_name(s[4]))
+                                         : std::string("");
   return std::string(kind_name(s[1])) + (arg.empty() ? "" : " (" + arg + ")") + " of " +
          std::to_string(s[2]) + " " +
          std::string(c10::toString(static_cast<at::ScalarType>(s[3]))) + " elements as collective #" +
@@ -159,6 +170,48 @@ Tensor reduce_scatter_cpu(const Tensor& input, const optional<Tensor>&, int64_t 
   return ts[0].narrow(0, g->rank * share, share).clone();
 }
 
+// Row r of `input` ([size, ...], read on the root only) to rank r.
+Tensor scatter_cpu(const Tensor& input, const optional<Tensor>&, int64_t root, int64_t id) {
+  std::shared_ptr<Group> g = find_group(id);
+  agree(*g, Kind::kScatter, input, root);
+  std::vector<Tensor> outs{at::empty(input.sizes().slice(1), input.options())};
+  std::vector<std::vector<Tensor>> ins;
+  if (g->rank == root) ins.push_back(input.contiguous().unbind(0));
+  c10d::ScatterOptions o;
+  o.rootRank = root;
+  finish(g->transport->scatter(outs, ins, o), "scatter", *g);
+  return outs[0];
+}
+
+// Every rank's `input` as the rows of [size, ...] on the root; zeros elsewhere.
+Tensor gather_cpu(const Tensor& input, const optional<Tensor>&, int64_t root, int64_t id) {
+  std::shared_ptr<Group> g = find_group(id);
+  agree(*g, Kind::kGather, input, root);
+  Tensor out = at::zeros(gathered_sizes(input, g->size), input.options());
+  Tensor in = input.contiguous();
+  std::vector<Tensor> ins{in};
+  std::vector<std::vector<Tensor>> outs;
+  if (g->rank == root) {
+    outs.emplace_back();
+    for (Tensor& row : out.reshape({g->size, -1}).unbind(0)) outs[0].push_back(row.view(in.sizes()));
+  }
+  c10d::GatherOptions o;
+  o.rootRank = root;
+  finish(g->transport->gather(outs, ins, o), "gather", *g);
+  return out;
+}
+
+// Block r of dim 0 to rank r; block r of the result from rank r.
+Tensor all_to_all_cpu(const Tensor& input, const optional<Tensor>&, int64_t id) {
+  std::shared_ptr<Group> g = find_group(id);
+  agree(*g, Kind::kAllToAll, input, 0);
+  Tensor in = input.contiguous();
+  Tensor out = at::empty_like(in);
+  std::vector<int64_t> even;  // empty splits: dim 0 in equal blocks
+  finish(g->transport->alltoall_base(out, in, even, even), "all_to_all", *g);
+  return out;
+}
+
 // Meta kernels: the shapes the trace records.
 
 Tensor& self_meta(Tensor& self, const optional<Tensor>&, int64_t, int64_t) { return self; }
@@ -173,6 +226,18 @@ Tensor reduce_scatter_meta(const Tensor& input, const optional<Tensor>&, int64_t
   return at::empty(sizes, input.options());
 }
 
+Tensor scatter_meta(const Tensor& input, const optional<Tensor>&, int64_t, int64_t) {
+  return at::empty(input.sizes().slice(1), input.options());
+}
+
+Tensor gather_meta(const Tensor& input, const optional<Tensor>&, int64_t, int64_t id) {
+  return all_gather_meta(input, std::nullopt, id);
+}
+
+Tensor all_to_all_meta(const Tensor& input, const optional<Tensor>&, int64_t) {
+  return at::empty(input.sizes(), input.options());
+}
+
 template <class Fn>
 c10::TypedOperatorHandle<Fn> handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
@@ -181,6 +246,7 @@ c10::TypedOperatorHandle<Fn> handle(const char* name) {
 using InPlaceFn = Tensor&(Tensor&, const optional<Tensor>&, int64_t, int64_t);
 using ReduceFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t, int64_t);
 using GatherFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t);
+using RootedFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t, int64_t);
 
 }  // namespace
 
@@ -205,11 +271,29 @@ Tensor reduce_scatter(const Tensor& input, const optional<Tensor>& after, int64_
   return h.call(input, after, op, group);
 }
 
+Tensor scatter(const Tensor& input, const optional<Tensor>& after, int64_t root, int64_t group) {
+  static auto h = handle<RootedFn>("disc::scatter");
+  return h.call(input, after, root, group);
+}
+
+Tensor gather(const Tensor& input, const optional<Tensor>& after, int64_t root, int64_t group) {
+  static auto h = handle<RootedFn>("disc::gather");
+  return h.call(input, after, root, group);
+}
+
+Tensor all_to_all(const Tensor& input, const optional<Tensor>& after, int64_t group) {
+  static auto h = handle<GatherFn>("disc::all_to_all");
+  return h.call(input, after, group);
+}
+
 TORCH_LIBRARY_FRAGMENT(disc, m) {
   m.def("all_reduce_(Tensor(a!) self, Tensor? after, int reduce_op, int group) -> Tensor(a!)");
   m.def("broadcast_(Tensor(a!) self, Tensor? after, int root, int group) -> Tensor(a!)");
   m.def("all_gather(Tensor input, Tensor? after, int group) -> Tensor");
   m.def("reduce_scatter(Tensor input, Tensor? after, int reduce_op, int group) -> Tensor");
+  m.def("scatter(Tensor input, Tensor? after, int root, int group) -> Tensor");
+  m.def("gather(Tensor input, Tensor? after, int root, int group) -> Tensor");
+  m.def("all_to_all(Tensor input, Tensor? after, int group) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(disc, CPU, m) {
@@ -217,6 +301,9 @@ TORCH_LIBRARY_IMPL(disc, CPU, m) {
   m.impl("broadcast_", TORCH_FN(broadcast_cpu));
   m.impl("all_gather", TORCH_FN(all_gather_cpu));
   m.impl("reduce_scatter", TORCH_FN(reduce_scatter_cpu));
+  m.impl("scatter", TORCH_FN(scatter_cpu));
+  m.impl("gather", TORCH_FN(gather_cpu));
+  m.impl("all_to_all", TORCH_FN(all_to_all_cpu));
 }
 
 TORCH_LIBRARY_IMPL(disc, Meta, m) {
@@ -224,6 +311,9 @@ TORCH_LIBRARY_IMPL(disc, Meta, m) {
   m.impl("broadcast_", TORCH_FN(self_meta));
   m.impl("all_gather", TORCH_FN(all_gather_meta));
   m.impl("reduce_scatter", TORCH_FN(reduce_scatter_meta));
+  m.impl("scatter", TORCH_FN(scatter_meta));
+  m.impl("gather", TORCH_FN(gather_meta));
+  m.impl("all_to_all", TORCH_FN(all_to_all_meta));
 }
 
 }  // namespace disc::dist

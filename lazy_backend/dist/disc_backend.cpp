@@ -39,6 +39,34 @@ class RecordedWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// A receive into disc tensors: the transport receives into host buffers,
+// copied into the caller's tensors once it is waited on (c10d's contract:
+// a received tensor is read after wait()).
+class ReceiveWork final : public c10d::Work {
+ public:
+  ReceiveWork(c10::intrusive_ptr<c10d::Work> host_work, std::vector<Tensor> host, std::vector<Tensor> dest)
+      : Work(-1, c10d::OpType::RECV), host_work_(std::move(host_work)), host_(std::move(host)),
+        dest_(std::move(dest)) {}
+  bool isCompleted() override { return copied_; }
+  bool isSuccess() const override { return copied_; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (copied_) return true;
+    host_work_->wait(timeout);
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < dest_.size(); ++i) dest_[i].copy_(host_[i].view(dest_[i].sizes()));
+    copied_ = true;
+    finish();
+    return true;
+  }
+  int sourceRank() const override { return host_work_->sourceRank(); }
+  std::vector<Tensor> result() override { return dest_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> host_work_;
+  std::vector<Tensor> host_, dest_;
+  bool copied_ = false;
+};
+
 bool is_disc(const Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
 // The dtypes the transport reduces and moves.
@@ -87,7 +115,7 @@ class DiscBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<Tensor>& ts,
                                            const c10d::AllreduceOptions& o) override {
-    if (on_host(ts, "all_reduce")) return transport().allreduce(ts, o);
+    if (host_path(ts, "all_reduce")) return transport().allreduce(ts, o);
     const RedOp op = checked_reduce_op(o.reduceOp, ts, "all_reduce");
     at::NoGradGuard no_grad;
     for (Tensor& t : ts) {
@@ -99,7 +127,7 @@ class DiscBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<Tensor>& ts, const c10d::AllreduceCoalescedOptions& o) override {
-    if (on_host(ts, "all_reduce_coalesced")) return transport().allreduce_coalesced(ts, o);
+    if (host_path(ts, "all_reduce_coalesced")) return transport().allreduce_coalesced(ts, o);
     c10d::AllreduceOptions each;
     each.reduceOp = o.reduceOp;
     return allreduce(ts, each);
@@ -107,11 +135,10 @@ class DiscBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<Tensor>& ts,
                                            const c10d::BroadcastOptions& o) override {
-    if (on_host(ts, "broadcast")) return transport().broadcast(ts, o);
+    if (host_path(ts, "broadcast")) return transport().broadcast(ts, o);
     TORCH_CHECK(ts.size() == 1 && o.rootTensor == 0,
                 "disc: dist.broadcast takes one tensor per process");
-    TORCH_CHECK(o.rootRank >= 0 && o.rootRank < size_, "disc: dist.broadcast from rank ", o.rootRank,
-                " in a group of ", size_);
+    check_root(o.rootRank, "broadcast");
     at::NoGradGuard no_grad;
     record([&](const auto& after) -> Tensor { return dist::broadcast_(ts[0], after, o.rootRank, id_); });
     return done(ts, c10d::OpType::BROADCAST);
@@ -120,7 +147,7 @@ class DiscBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<Tensor>>& outs,
                                            std::vector<Tensor>& ins,
                                            const c10d::AllgatherOptions& o) override {
-    if (on_host(ins, "all_gather")) return transport().allgather(outs, ins, o);
+    if (host_path(ins, "all_gather")) return transport().allgather(outs, ins, o);
     TORCH_CHECK(outs.size() == ins.size(), "disc: dist.all_gather: one output list per input");
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < ins.size(); ++i) {
@@ -142,7 +169,7 @@ class DiscBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _allgather_base(Tensor& out, Tensor& in,
                                                  const c10d::AllgatherOptions& o) override {
     std::vector<Tensor> both{out, in};
-    if (on_host(both, "all_gather_into_tensor")) return transport()._allgather_base(out, in, o);
+    if (host_path(both, "all_gather_into_tensor")) return transport()._allgather_base(out, in, o);
     check_numel(out, in.numel() * size_, "all_gather_into_tensor");
     at::NoGradGuard no_grad;
     out.copy_(gathered_rows(in).view(out.sizes()));
@@ -159,7 +186,7 @@ class DiscBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(Tensor& out, Tensor& in,
                                                       const c10d::ReduceScatterOptions& o) override {
     std::vector<Tensor> both{out, in};
-    if (on_host(both, "reduce_scatter_tensor")) return transport()._reduce_scatter_base(out, in, o);
+    if (host_path(both, "reduce_scatter_tensor")) return transport()._reduce_scatter_base(out, in, o);
     check_numel(in, out.numel() * size_, "reduce_scatter_tensor");
     const RedOp op = checked_reduce_op(o.reduceOp, both, "reduce_scatter_tensor");
     at::NoGradGuard no_grad;
@@ -173,7 +200,7 @@ class DiscBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<Tensor>& outs,
                                                 std::vector<std::vector<Tensor>>& ins,
                                                 const c10d::ReduceScatterOptions& o) override {
-    if (on_host(outs, "reduce_scatter")) return transport().reduce_scatter(outs, ins, o);
+    if (host_path(outs, "reduce_scatter")) return transport().reduce_scatter(outs, ins, o);
     TORCH_CHECK(outs.size() == ins.size(), "disc: dist.reduce_scatter: one input list per output");
     for (size_t i = 0; i < outs.size(); ++i) {
       TORCH_CHECK(static_cast<int>(ins[i].size()) == size_, "disc: dist.reduce_scatter needs ", size_,
@@ -195,13 +222,122 @@ class DiscBackend final : public c10d::Backend {
     return done(outs, c10d::OpType::COALESCED);
   }
 
+  // Row r of the root's [size, ...] stack to rank r. The other ranks record
+  // the same op on zeros of that shape: every rank's graph is the same.
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<Tensor>& outs,
+                                         std::vector<std::vector<Tensor>>& ins,
+                                         const c10d::ScatterOptions& o) override {
+    if (host_path(outs, "scatter")) return transport().scatter(outs, ins, o);
+    TORCH_CHECK(outs.size() == 1, "disc: dist.scatter takes one output tensor per process");
+    check_root(o.rootRank, "scatter");
+    Tensor& out = outs[0];
+    Tensor rows;
+    if (rank_ == o.rootRank) {
+      TORCH_CHECK(ins.size() == 1 && static_cast<int>(ins[0].size()) == size_,
+                  "disc: dist.scatter needs ", size_, " input tensors (one per rank) on the source rank");
+      TORCH_CHECK(!on_host(ins[0], "scatter"), "disc: dist.scatter into disc tensors needs disc inputs");
+      std::vector<Tensor> flat;
+      for (const Tensor& t : ins[0]) {
+        check_numel(t, out.numel(), "scatter");
+        flat.push_back(t.reshape({-1}));
+      }
+      rows = at::stack(flat);
+    } else {
+      rows = at::zeros({size_, out.numel()}, out.options());
+    }
+    at::NoGradGuard no_grad;
+    Tensor r = record([&](const auto& after) { return dist::scatter(rows, after, o.rootRank, id_); });
+    out.copy_(r.view(out.sizes()));
+    return done(outs, c10d::OpType::SCATTER);
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<Tensor>>& outs, std::vector<Tensor>& ins,
+                                        const c10d::GatherOptions& o) override {
+    if (host_path(ins, "gather")) return transport().gather(outs, ins, o);
+    TORCH_CHECK(ins.size() == 1, "disc: dist.gather takes one input tensor per process");
+    check_root(o.rootRank, "gather");
+    at::NoGradGuard no_grad;
+    Tensor rows = record(
+        [&](const auto& after) { return dist::gather(ins[0].reshape({1, -1}), after, o.rootRank, id_); });
+    // The other ranks read nothing of the gather's result, so no later read
+    // of theirs would run it while the root waits: it runs now, everywhere.
+    run_recorded("dist_gather");
+    std::vector<Tensor> flat;
+    if (rank_ == o.rootRank) {
+      TORCH_CHECK(outs.size() == 1 && static_cast<int>(outs[0].size()) == size_,
+                  "disc: dist.gather needs ", size_, " output tensors (one per rank) on the destination rank");
+      TORCH_CHECK(!on_host(outs[0], "gather"), "disc: dist.gather of disc tensors needs disc outputs");
+      for (int r = 0; r < size_; ++r) {
+        check_numel(outs[0][r], ins[0].numel(), "gather");
+        outs[0][r].copy_(rows[r].view(outs[0][r].sizes()));
+        flat.push_back(outs[0][r]);
+      }
+    }
+    return done(flat, c10d::OpType::GATHER);
+  }
+
+  // Equal blocks of dim 0 only: block r to rank r.
+  c10::intrusive_ptr<c10d::Work> alltoall_base(Tensor& out, Tensor& in, std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits,
+                                               const c10d::AllToAllOptions& o) override {
+    std::vector<Tensor> both{out, in};
+    if (host_path(both, "all_to_all_single"))
+      return transport().alltoall_base(out, in, out_splits, in_splits, o);
+    TORCH_CHECK(even(out_splits, out) && even(in_splits, in), "disc: dist.all_to_all_single takes ",
+                "equal splits of dim 0 (one block per rank); uneven split sizes are not supported");
+    check_numel(out, in.numel(), "all_to_all_single");
+    TORCH_CHECK(in.dim() > 0 && in.size(0) % size_ == 0, "disc: dist.all_to_all_single needs dim 0 (",
+                in.dim() ? in.size(0) : 0, ") divisible by the group's ", size_, " ranks");
+    at::NoGradGuard no_grad;
+    Tensor r = record([&](const auto& after) { return dist::all_to_all(in.reshape({size_, -1}), after, id_); });
+    out.copy_(r.view(out.sizes()));
+    return done({out}, c10d::OpType::ALLTOALL_BASE);
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<Tensor>& outs, std::vector<Tensor>& ins,
+                                          const c10d::AllToAllOptions& o) override {
+    if (host_path(ins, "all_to_all")) return transport().alltoall(outs, ins, o);
+    TORCH_CHECK(static_cast<int>(ins.size()) == size_ && static_cast<int>(outs.size()) == size_,
+                "disc: dist.all_to_all needs ", size_, " input and output tensors (one per rank)");
+    TORCH_CHECK(!on_host(outs, "all_to_all"), "disc: dist.all_to_all of disc tensors needs disc outputs");
+    std::vector<Tensor> flat;
+    for (const Tensor& t : ins) {
+      check_numel(t, ins[0].numel(), "all_to_all");
+      flat.push_back(t.reshape({-1}));
+    }
+    at::NoGradGuard no_grad;
+    Tensor r = record([&](const auto& after) { return dist::all_to_all(at::stack(flat), after, id_); });
+    for (int k = 0; k < size_; ++k) {
+      check_numel(outs[k], ins[0].numel(), "all_to_all");
+      outs[k].copy_(r[k].view(outs[k].sizes()));
+    }
+    return done(outs, c10d::OpType::ALLTOALL);
+  }
+
+  // Point to point on disc tensors runs now, on host copies: only two ranks
+  // take part, so it cannot join the group's recorded order. Both sides
+  // first run the collectives recorded so far, which the peer's graphs
+  // wait for (a send reads its tensors: a sync; a receive runs them too).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<Tensor>& ts, int dst, int tag) override {
+    if (host_path(ts, "send")) return transport().send(ts, dst, tag);
+    run_recorded("dist_p2p");
+    std::vector<Tensor> host;
+    for (const Tensor& t : ts) host.push_back(t.cpu().contiguous());
+    return transport().send(host, dst, tag);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<Tensor>& ts, int src, int tag) override {
+    if (host_path(ts, "recv")) return transport().recv(ts, src, tag);
+    run_recorded("dist_p2p");
+    std::vector<Tensor> host;
+    for (const Tensor& t : ts) host.push_back(at::empty(t.sizes(), t.options().device(at::kCPU)));
+    return c10::make_intrusive<ReceiveWork>(transport().recv(host, src, tag), host, ts);
+  }
+
   // A barrier is passed once every collective recorded before it has run:
   // the pending graphs run first.
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override {
-    if (recorded_any()) {
-      disc::sync("dist_barrier");
-      disc::wait();
-    }
+    run_recorded("dist_barrier");
     return transport().barrier(o);
   }
 
@@ -235,6 +371,22 @@ class DiscBackend final : public c10d::Backend {
     return last_.has_value();
   }
 
+  // Whether the collective's tensors are on the CPU: then the transport runs
+  // it now, after the collectives recorded before it, so that every rank
+  // runs the group's collectives in the order they were called.
+  bool host_path(at::ArrayRef<Tensor> ts, const char* what) {
+    if (!on_host(ts, what)) return false;
+    run_recorded("dist_host_collective");
+    return true;
+  }
+
+  // Runs the pending graphs when a collective of this group is among them.
+  void run_recorded(const char* cause) {
+    if (!recorded_any()) return;
+    disc::sync(cause);
+    disc::wait();
+  }
+
   RedOp checked_reduce_op(const c10d::ReduceOp& r, at::ArrayRef<Tensor> ts, const char* what) const {
     const RedOp op = r.op_;
     TORCH_CHECK(op != RedOp::PREMUL_SUM, "disc: dist.", what, " does not support ReduceOp.PREMUL_SUM");
@@ -245,6 +397,20 @@ class DiscBackend final : public c10d::Backend {
     TORCH_CHECK(!bitwise || !floating, "disc: dist.", what, " with a bitwise ReduceOp needs an integer dtype, got ",
                 ts[0].scalar_type());
     return op;
+  }
+
+  void check_root(int64_t root, const char* what) const {
+    TORCH_CHECK(root >= 0 && root < size_, "disc: dist.", what, " with root rank ", root, " in a group of ",
+                size_);
+  }
+
+  // Whether split sizes (none, or one per rank) cut dim 0 of t into equal blocks.
+  bool even(const std::vector<int64_t>& splits, const Tensor& t) const {
+    if (splits.empty()) return true;
+    if (static_cast<int>(splits.size()) != size_ || t.dim() == 0) return false;
+    for (int64_t s : splits)
+      if (s * size_ != t.size(0)) return false;
+    return true;
   }
 
   static void check_numel(const Tensor& t, int64_t want, const char* what) {

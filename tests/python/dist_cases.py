@@ -123,6 +123,34 @@ def _collectives(rank, world, args):
         dist.reduce_scatter_tensor(out, big)
         return [out]
 
+    def scatter(device, x):
+        out = torch.empty_like(x)
+        dist.scatter(out, [x * (k + 1) for k in range(world)] if rank == 0 else None, src=0)
+        return [out]
+
+    def gather(device, x):
+        outs = [torch.empty_like(x) for _ in range(world)] if rank == world - 1 else None
+        dist.gather(x, outs, dst=world - 1)
+        return outs if outs is not None else [x]
+
+    def all_to_all_single(device, x):
+        out = torch.empty(world * x.numel(), dtype=x.dtype, device=device)
+        dist.all_to_all_single(out, torch.cat([x * (k + 1) for k in range(world)]))
+        return [out]
+
+    def send_recv(device, x):
+        dist.all_reduce(x)  # recorded first: both ranks run it before the exchange
+        if rank == 0:
+            dist.send(x * 2, dst=1)
+            dist.isend(x * 3, dst=1).wait()
+            return [x]
+        if rank == 1:
+            got, later = torch.empty_like(x), torch.empty_like(x)
+            dist.recv(got, src=0)
+            dist.irecv(later, src=0).wait()
+            return [got, later]
+        return [x]
+
     for dtype in DTYPES:
         floating = dtype.startswith(("float", "bfloat"))
         for n in SIZES:
@@ -133,6 +161,10 @@ def _collectives(rank, world, args):
             run("all_gather", gather_list, dtype, n, 4)
             if dtype in ("float32", "int64", "float64"):
                 run("reduce_scatter_tensor", reduce_scatter, dtype, n, 5)
+                run("scatter", scatter, dtype, n, 10)
+                run("gather", gather, dtype, n, 11)
+                run("all_to_all_single", all_to_all_single, dtype, n, 12)
+                run("send / recv", send_recv, dtype, n, 13)
             if n == 7:  # the other operators, on one size
                 run("all_reduce min", all_reduce(R.MIN), dtype, n, 7)
                 run("all_reduce product", all_reduce(R.PRODUCT), dtype, n, 8)
@@ -401,27 +433,47 @@ def _fsdp2_train(rank, world, args):
     """FSDP2 (fully_shard per layer and at the root) on ``args["device"]``:
     per-step global mean losses. FSDP2 frees each unsharded parameter with
     storage.resize_(0) and regrows it for the next all-gather, and orders
-    its copies with streams and events through torch.get_device_module."""
+    its copies with streams and events through torch.get_device_module.
+    Variants: ``reshard`` (reshard_after_forward), ``accumulate`` micro-
+    batches a step with gradient sync off for all but the last, and
+    ``checkpoint`` (activation checkpointing inside the sharded layers)."""
+    import contextlib
+
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
     kind, device, steps, per_rank = args["kind"], args["device"], args["steps"], args["per_rank"]
+    reshard, accumulate = args.get("reshard", True), args.get("accumulate", 1)
     data = [(shard(x, rank, world), shard(y, rank, world))
             for x, y in batches(kind, steps, per_rank * world)]
     model = build_model(kind, seed=0).to(device)  # the same start everywhere
+    if args.get("checkpoint"):
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            apply_activation_checkpointing)
+        apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, torch.nn.Linear))
     for layer in model.modules():
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, reshard_after_forward=reshard)
+    fully_shard(model, reshard_after_forward=reshard)
+
+    @contextlib.contextmanager
+    def no_sync():
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
     before = _counters(device)
-    losses = train(model, kind, data, device)
+    losses = train(model, kind, data, device, accumulate, no_sync if accumulate > 1 else None)
     after = _counters(device)
     total = []
     for loss in losses:
         dist.all_reduce(loss, op=dist.ReduceOp.SUM)
         total.append(loss.item() / world)
-    result = {"losses": total}
+    result = {"losses": total, "local_params": sum(p.to_local().numel() for p in model.parameters()),
+              "params": sum(p.numel() for p in model.parameters())}
     if device == "disc":
         result["fallbacks"] = after["fallbacks"] - before["fallbacks"]
         result["syncs"] = {k: v - before.get(k, 0) for k, v in after.items()
@@ -429,7 +481,156 @@ def _fsdp2_train(rank, world, args):
     return result
 
 
-CASES = {"collectives": _collectives, "ddp_train": _ddp_train, "rank_dies": _rank_dies,
+def _fsdp2_checkpoint(rank, world, args):
+    """FSDP2 on disc saved by torch.distributed.checkpoint after ``stop``
+    steps, loaded into a fresh sharded model and optimizer, trained on: the
+    per-step losses of that run and of one never stopped; and whether the
+    full state dict (gathered to the CPU) loads into an unsharded model that
+    then computes what the sharded one does."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_state_dict, set_state_dict)
+    from torch.distributed.fsdp import fully_shard
+
+    kind, device, steps, stop, per_rank = "mlp", "disc", args["steps"], args["stop"], 4
+    data = [(shard(x, rank, world), shard(y, rank, world))
+            for x, y in batches(kind, steps, per_rank * world)]
+
+    def sharded():
+        # The MLP without its unused layer: DCP's fresh optimizer state has a
+        # momentum buffer for every parameter, and the saved one only for those
+        # that got gradients.
+        model = build_model(kind, seed=0).body.to(device)
+        for layer in model.modules():
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+        return model, optimizer(kind, model.parameters())
+
+    def run(model, opt, part):
+        losses = []
+        for x, y in part:
+            loss = loss_of(model, kind, x, y, device)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        return losses
+
+    def global_mean(losses):
+        out = []
+        for loss in losses:
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+            out.append(loss.item() / world)
+        return out
+
+    straight = global_mean(run(*sharded(), data))
+    model, opt = sharded()
+    first = run(model, opt, data[:stop])
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args["path"])
+    model, opt = sharded()
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=args["path"])
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    resumed = global_mean(first + run(model, opt, data[stop:]))
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    x, y = data[0]
+    sharded_loss = loss_of(model, kind, x, y, device).cpu()  # every rank: it all-gathers
+    if rank != 0:  # the full state dict goes to rank 0 alone
+        return {"straight": straight, "resumed": resumed, "full_on_cpu": True, "full_loads": not full}
+    plain = build_model(kind, seed=3).body
+    plain.load_state_dict(full)
+    same = torch.allclose(loss_of(plain, kind, x, y, "cpu"), sharded_loss, rtol=1e-5, atol=1e-6)
+    return {"straight": straight, "resumed": resumed,
+            "full_on_cpu": all(t.device.type == "cpu" for t in full.values()), "full_loads": same}
+
+
+def _tp_train(rank, world, args):
+    """Tensor parallel on a disc (or cpu) mesh: an MLP with its first Linear
+    split by columns and its second by rows (parallelize_module), trained
+    with SGD on the same batches on every rank. Per-step losses, and the
+    parameter elements this rank holds."""
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    device = args["device"]
+    mesh = init_device_mesh(device, (world,))
+    model = tp_model().to(device)
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    before = _counters(device)
+    losses = tp_losses(model, opt, device, args["steps"])
+    after = _counters(device)
+    local = sum(p.to_local().numel() for p in model.parameters())
+    result = {"losses": losses, "local_params": local,
+              "params": sum(p.numel() for p in model.parameters())}
+    if device == "disc":
+        result["fallbacks"] = after["fallbacks"] - before["fallbacks"]
+    return result
+
+
+def _fsdp_tp_train(rank, world, args):
+    """A 2-D mesh on disc, FSDP2 over "dp" and tensor parallel over "tp": each
+    dp group trains on its half of the batch; global mean losses per step."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    mesh = init_device_mesh("disc", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    model = tp_model().to("disc")
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    dp = mesh.get_local_rank("dp")
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(args["steps"]):
+        x, y = torch.randn(16, 24, generator=g), torch.randn(16, 10, generator=g)
+        x, y = x[dp * 8:(dp + 1) * 8], y[dp * 8:(dp + 1) * 8]
+        loss = torch.nn.functional.mse_loss(model(x.to("disc")), y.to("disc"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(total.item() / world)
+    return {"losses": losses}
+
+
+def tp_model():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(24, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def tp_losses(model, opt, device, steps):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(16, 24, generator=g), torch.randn(16, 10, generator=g)
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+CASES = {"collectives": _collectives, "tp_train": _tp_train, "fsdp_tp_train": _fsdp_tp_train, "fsdp2_checkpoint": _fsdp2_checkpoint, "ddp_train": _ddp_train, "rank_dies": _rank_dies,
          "mismatch": _mismatch, "bad_inputs": _bad_inputs, "fsdp2_train": _fsdp2_train}
 
 

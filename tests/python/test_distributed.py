@@ -10,7 +10,7 @@ import torch
 
 import torch_disc
 from tests.python import dist_cases
-from tests.python.dist_cases import batches, build_model, launch, train
+from tests.python.dist_cases import batches, build_model, launch, tp_losses, tp_model, train
 
 pytestmark = pytest.mark.skipif(not torch_disc.distributed.register(),
                                 reason="torch without distributed / Gloo support")
@@ -67,18 +67,63 @@ def test_ddp_matches_one_process_and_cpu(kind, tmp_path):
     cpu_model.load_state_dict(torch.load(ckpt, map_location="cpu"))
 
 
-def test_fsdp2_matches_one_process():
+@pytest.mark.parametrize("variant", [{}, {"reshard": False}, {"accumulate": 2}, {"checkpoint": True}],
+                         ids=["per-layer", "no-reshard", "accumulate", "checkpoint"])
+def test_fsdp2_matches_one_process(variant):
     """fully_shard on disc: parameters sharded over 2 ranks, all-gathered
-    per layer, gradients reduce-scattered; the losses are one process's."""
+    per layer, gradients reduce-scattered; the losses are one process's,
+    with parameters kept unsharded after the forward, with gradient sync
+    off for all but the last micro-batch, and with activation
+    checkpointing inside the sharded layers."""
     steps, world, per_rank = 6, 2, 4
+    accumulate = variant.get("accumulate", 1)
     results = ok(launch("fsdp2_train", world, {"kind": "mlp", "device": "disc", "steps": steps,
-                                               "per_rank": per_rank}))
-    want = one_process_losses("mlp", steps, world * per_rank)
+                                               "per_rank": per_rank, **variant}))
+    want = one_process_losses("mlp", steps, world * per_rank, accumulate)
     for r in results:
         close(r["losses"], want, 1e-5)
         assert r["fallbacks"] == 0
         # FSDP2's events (several per layer) ride the step's own sync.
-        assert r["syncs"] == {"sync.optimizer_step": steps}
+        assert r["syncs"] == {"sync.optimizer_step": steps // accumulate}
+        assert r["local_params"] * world == r["params"]  # every dim 0 splits evenly here
+
+
+def test_fsdp2_distributed_checkpoint_resumes_bit_identically(tmp_path):
+    """torch.distributed.checkpoint saves FSDP2's sharded model and optimizer
+    state from disc; a fresh sharded model loads it and trains on exactly as
+    the run that never stopped; the full state dict, gathered to the CPU,
+    loads into an unsharded model."""
+    results = ok(launch("fsdp2_checkpoint", 2, {"steps": 6, "stop": 3, "path": str(tmp_path / "ckpt")}))
+    for r in results:
+        assert r["resumed"] == r["straight"]
+        assert r["full_on_cpu"] and r["full_loads"]
+
+
+def test_tensor_parallel_matches_one_process():
+    """ColwiseParallel / RowwiseParallel on a disc mesh: DTensor distributes
+    the weights (scatter), runs the local matmuls and all-reduces the row
+    split's partial sums; the losses are one process's, each rank holding
+    about half the parameters."""
+    steps, world = 5, 2
+    results = ok(launch("tp_train", world, {"device": "disc", "steps": steps}))
+    model = tp_model()
+    want = tp_losses(model, torch.optim.SGD(model.parameters(), lr=0.05), "cpu", steps)
+    for r in results:
+        close(r["losses"], want, 1e-5)
+        assert r["fallbacks"] == 0
+        # Both weights and the first bias split; the last bias is replicated.
+        assert r["local_params"] == (r["params"] - 10) // world + 10
+
+
+def test_fsdp2_times_tensor_parallel_on_a_2d_mesh():
+    """4 processes, a (dp 2, tp 2) disc mesh: FSDP2 shards the tensor-parallel
+    weights over dp; the losses are one process's on the whole batch."""
+    steps = 4
+    results = ok(launch("fsdp_tp_train", 4, {"steps": steps}))
+    model = tp_model()
+    want = tp_losses(model, torch.optim.SGD(model.parameters(), lr=0.05), "cpu", steps)
+    for r in results:
+        close(r["losses"], want, 1e-5)
 
 
 @pytest.mark.parametrize("kind", ["mlp", "bert"])
