@@ -230,6 +230,7 @@ class DiscBackend final : public c10d::Backend {
     if (host_path(outs, "scatter")) return transport().scatter(outs, ins, o);
     TORCH_CHECK(outs.size() == 1, "disc: dist.scatter takes one output tensor per process");
     check_root(o.rootRank, "scatter");
+    at::NoGradGuard no_grad;
     Tensor& out = outs[0];
     Tensor rows;
     if (rank_ == o.rootRank) {
@@ -245,7 +246,6 @@ class DiscBackend final : public c10d::Backend {
     } else {
       rows = at::zeros({size_, out.numel()}, out.options());
     }
-    at::NoGradGuard no_grad;
     Tensor r = record([&](const auto& after) { return dist::scatter(rows, after, o.rootRank, id_); });
     out.copy_(r.view(out.sizes()));
     return done(outs, c10d::OpType::SCATTER);
