@@ -10,7 +10,8 @@ import torch
 
 import torch_disc
 from tests.python import dist_cases
-from tests.python.dist_cases import batches, build_model, launch, tp_losses, tp_model, train
+from tests.python.dist_cases import launch
+from tests.python.dist_models import batches, build_model, tp_losses, tp_model, train
 
 pytestmark = pytest.mark.skipif(not torch_disc.distributed.register(),
                                 reason="torch without distributed / Gloo support")
