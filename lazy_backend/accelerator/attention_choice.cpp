@@ -15,6 +15,7 @@
 // Both honour torch.nn.attention.sdpa_kernel (`overrideable` is its
 // SDPBackend.OVERRIDEABLE).
 #include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
@@ -25,16 +26,6 @@
 
 namespace at::native {
 namespace {
-
-bool broadcasts_to(const Tensor& mask, const Tensor& q, const Tensor& k) {
-  if (mask.dim() > 4) return false;
-  const int64_t want[4] = {q.size(0), q.size(1), q.size(2), k.size(2)};
-  for (int64_t d = 1; d <= mask.dim(); ++d) {
-    const int64_t size = mask.size(-d);
-    if (size != 1 && size != want[4 - d]) return false;
-  }
-  return true;
-}
 
 // Whether disc's fused attention computes this call.
 bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -48,7 +39,8 @@ bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
   if (k.size(1) != q.size(1) || k.size(3) != q.size(3) || v.size(2) != k.size(2)) return false;
   if (!mask || !mask->defined()) return true;
   return (mask->scalar_type() == kFloat || mask->scalar_type() == kBool) &&
-         !mask->requires_grad() && broadcasts_to(*mask, q, k);
+         !mask->requires_grad() &&
+         is_expandable_to(mask->sizes(), {q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
 int64_t disc_sdp_choice(const Tensor& query, const Tensor& key, const Tensor& value,
