@@ -2,7 +2,8 @@
 :func:`launch` as ``python -m tests.python.dist_cases CASE RANK WORLD PORT OUT
 ARGS_JSON``; each writes its result (or its error) to OUT as JSON.
 
-The process group is ``"disc"`` over Gloo on 127.0.0.1, one thread per rank.
+The process group is ``"disc"`` over Gloo on 127.0.0.1, one thread per rank
+(``args["backend"]`` names another, e.g. plain ``"gloo"`` for a CPU run).
 """
 import json
 import os
@@ -24,10 +25,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(case, world, args=None, timeout=240, env=None):
-    """Runs ``case`` on ``world`` ranks; returns ``[(status, result)]`` by rank:
-    status "ok" (result: the case's return value), "error" (its message), or
-    "killed" (no result within ``timeout`` seconds, or the process died)."""
+def launch(case, world, args=None, timeout=240, env=None, module="tests.python.dist_cases"):
+    """Runs ``case`` of ``module`` (this one, or another with a ``CASES``
+    table whose main is this one's) on ``world`` ranks; returns
+    ``[(status, result)]`` by rank: status "ok" (result: the case's return
+    value), "error" (its message), or "killed" (no result within
+    ``timeout`` seconds, or the process died)."""
     import tempfile
 
     port = free_port()
@@ -36,7 +39,7 @@ def launch(case, world, args=None, timeout=240, env=None):
         child_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
                      **(env or {})}
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "tests.python.dist_cases", case, str(r), str(world), str(port),
+            [sys.executable, "-m", module, case, str(r), str(world), str(port),
              outs[r], json.dumps(args or {})],
             cwd=ROOT, env=child_env) for r in range(world)]
         deadline = time.monotonic() + timeout
@@ -58,13 +61,13 @@ def launch(case, world, args=None, timeout=240, env=None):
 
 # ---------------------------------------------------------------- the cases
 
-def _init(rank, world, port, timeout_s=60):
+def _init(rank, world, port, timeout_s=60, backend="disc"):
     import torch
     import torch.distributed as dist
     import torch_disc  # noqa: F401 - registers the "disc" backend
 
     torch.set_num_threads(1)
-    dist.init_process_group("disc", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
 
 
@@ -513,20 +516,24 @@ CASES = {"collectives": _collectives, "ddp_train": _ddp_train, "rank_dies": _ran
          "fsdp_tp_train": _fsdp_tp_train}
 
 
-def main(argv):
+def main(argv, cases=None, failing=("rank_dies", "mismatch")):
+    """One rank: ``argv`` is launch's command line after the module;
+    ``cases`` the table to run from (this module's by default); ``failing``
+    the cases whose ranks part in a failed collective, which skip the
+    process group's teardown (it could wait on a dead peer)."""
     case, rank, world, port, out, args = argv
     rank, world = int(rank), int(world)
     args = json.loads(args)
     try:
-        _init(rank, world, int(port), args.get("timeout", 60))
-        result = ("ok", CASES[case](rank, world, args))
+        _init(rank, world, int(port), args.get("timeout", 60), args.get("backend", "disc"))
+        result = ("ok", (cases or CASES)[case](rank, world, args))
     except Exception as e:  # noqa: BLE001 - reported to the test
         result = ("error", f"{type(e).__name__}: {e}")
     with open(out, "w") as f:
         json.dump(result, f)
     import torch.distributed as dist
 
-    if dist.is_initialized() and case not in ("rank_dies", "mismatch"):
+    if dist.is_initialized() and case not in failing:
         dist.destroy_process_group()
     # A rank whose peers died may not exit cleanly otherwise (Gloo threads).
     sys.stdout.flush()
