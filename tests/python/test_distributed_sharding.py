@@ -1,0 +1,52 @@
+"""Sharded training on disc beyond test_distributed.py's: FSDP2 with mixed
+precision, sequence parallelism in a tensor-parallel transformer block,
+distributed checkpoints of tensor-parallel models, and ranks that disagree
+on how to shard. Ranks are processes (dist_sharding_cases.py) over Gloo on
+127.0.0.1."""
+import functools
+
+import pytest
+
+import torch_disc
+from tests.python import dist_cases, dist_sharding_cases
+from tests.python.dist_models import batches, build_model, train
+from tests.python.test_distributed import close, ok
+
+pytestmark = pytest.mark.skipif(not torch_disc.distributed.register(),
+                                reason="torch without distributed / Gloo support")
+
+launch = functools.partial(dist_cases.launch, module=dist_sharding_cases.MODULE)
+
+# bfloat16 keeps 8 significant bits: one rounding of the logits moves a
+# cross-entropy of ~2.3 by up to about 2^-8 of itself. Two programs that
+# round at other points (a fused epilogue, another GEMM's accumulation
+# order) may differ by that much; a wrong cast or reduction is off by far
+# more (float32 and bf16 runs part by ~5e-4 over these steps).
+BF16_REL = 2.0 ** -8
+
+
+def test_fsdp2_mixed_precision_matches_cpu_gloo():
+    """fully_shard with MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=f32) on a disc mesh: the per-step losses are the same
+    program's on CPU tensors under plain Gloo, and near one float32 process;
+    the Linears compute in bf16 from bf16 all-gathers, gradients are
+    reduce-scattered in f32, and the sharded parameters and gradients stay
+    f32 between steps."""
+    steps, world, per_rank = 6, 2, 4
+    args = {"steps": steps, "per_rank": per_rank}
+    disc = ok(launch("fsdp2_mixed_precision", world, dict(args, device="disc")))
+    cpu = ok(launch("fsdp2_mixed_precision", world, dict(args, device="cpu", backend="gloo")))
+    model = build_model("mlp", seed=0)
+    f32 = [loss.item() for loss in train(model, "mlp", batches("mlp", steps, world * per_rank),
+                                         "cpu")]
+    for r in disc:
+        close(r["losses"], cpu[0]["losses"], BF16_REL)
+        close(r["losses"], f32, BF16_REL)
+        assert r["computed"] == [["torch.bfloat16"] * 3]  # weight, input, output
+        assert r["collectives"] == {"all_gather_into_tensor": ["torch.bfloat16"],
+                                    "reduce_scatter_tensor": ["torch.float32"]}
+        assert r["kept"] == ["grad torch.float32", "param torch.float32 torch.float32"]
+        assert r["fallbacks"] == 0
+        # The casts and collectives ride the step's own sync.
+        assert r["syncs"] == {"sync.optimizer_step": steps}
+    assert disc[0]["computed"] == cpu[0]["computed"]
