@@ -7,7 +7,10 @@
 // backward. disc answers:
 //  * float32 on the CPU target: `overrideable`, disc's fused attention
 //    (trace/attention_ops.cpp), which keeps none of them, dropout or not;
-//  * otherwise (bf16, grouped heads, a mask that needs a gradient, or
+//  * bf16 and f16 with dropout likewise: there the CPU's choice is the
+//    composite, which computes in float32 as the fused kernel does. Without
+//    dropout they keep the CPU's flash kernel, whose rounding eager shares;
+//  * otherwise (grouped heads, a mask that needs a gradient, or
 //    DISC_ATTENTION=cpu) the CPU's own policy: its flash kernel where
 //    eager's would take it (it has no dropout), recorded as
 //    _scaled_dot_product_flash_attention_for_cpu and its backward and run on
@@ -29,16 +32,19 @@ namespace {
 
 // Whether disc's fused attention computes this call.
 bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const std::optional<Tensor>& mask) {
+                           const std::optional<Tensor>& mask, double dropout_p) {
   if (!at::globalContext().userEnabledOverrideableSDP()) return false;
   if (disc::options::text(disc::options::Id::kAttention) != "fused") return false;
   if (!disc::value_device().is_cpu() || !disc::runtime::has_onednn()) return false;
+  const ScalarType dtype = q.scalar_type();
+  if (dtype != kFloat && !((dtype == kBFloat16 || dtype == kHalf) && dropout_p > 0)) return false;
   for (const Tensor* t : {&q, &k, &v})
-    if (t->dim() != 4 || t->scalar_type() != kFloat || t->numel() == 0) return false;
+    if (t->dim() != 4 || t->scalar_type() != dtype || t->numel() == 0) return false;
   // Grouped heads (enable_gqa) and mismatched sizes: the CPU's choice, or its error.
   if (k.size(1) != q.size(1) || k.size(3) != q.size(3) || v.size(2) != k.size(2)) return false;
   if (!mask || !mask->defined()) return true;
-  return (mask->scalar_type() == kFloat || mask->scalar_type() == kBool) &&
+  return (mask->scalar_type() == kFloat || mask->scalar_type() == kBool ||
+          mask->scalar_type() == dtype) &&
          !mask->requires_grad() &&
          is_expandable_to(mask->sizes(), {q.size(0), q.size(1), q.size(2), k.size(2)});
 }
@@ -46,7 +52,7 @@ bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
 int64_t disc_sdp_choice(const Tensor& query, const Tensor& key, const Tensor& value,
                         const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                         std::optional<double> scale, bool enable_gqa) {
-  if (fused_attention_takes(query, key, value, attn_mask))
+  if (fused_attention_takes(query, key, value, attn_mask, dropout_p))
     return static_cast<int64_t>(SDPBackend::overrideable);
   return _fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale,
                                enable_gqa);

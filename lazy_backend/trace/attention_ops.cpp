@@ -15,8 +15,10 @@
 //   attention_backward(grad_out, q, k, v, mask?, out, lse, dropout_p,
 //                      is_causal, scale, seed) -> (grad_q, grad_k, grad_v)
 //
-// The mask is float32 (added) or bool (false: masked), broadcast to
-// [B, H, Lq, Lk]. `seed` is an int64 CPU scalar: the key of the dropout
+// The mask is floating (added) or bool (false: masked), broadcast to
+// [B, H, Lq, Lk]. bf16 and f16 inputs are computed as SDPA's math path
+// computes them on the CPU: widened to float32 on entry, the outputs rounded
+// once on exit (lse stays float32, as ATen's flash kernel keeps it). `seed` is an int64 CPU scalar: the key of the dropout
 // stream (runtime/philox.h), data to the graph, so a new seed never
 // recompiles; it is also the forward's philox_seed, which autograd hands
 // the backward.
@@ -40,17 +42,25 @@ using std::optional;
 constexpr const char* kOp = "disc::attention";
 
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask) {
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf, kOp,
+              ": float32, bfloat16 or float16 only, got ", dtype);
   for (const Tensor* t : {&q, &k, &v}) {
     TORCH_CHECK(t->dim() == 4, kOp, ": q, k and v must be [B, H, L, D], got ", t->sizes());
-    TORCH_CHECK(t->scalar_type() == at::kFloat, kOp, ": float32 only, got ", t->scalar_type());
+    TORCH_CHECK(t->scalar_type() == dtype, kOp, ": q, k and v must share a dtype, got ",
+                q.scalar_type(), ", ", k.scalar_type(), " and ", v.scalar_type());
   }
   TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
                   v.size(1) == q.size(1) && k.size(3) == q.size(3) && v.size(2) == k.size(2),
               kOp, ": q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not match");
   if (mask && mask->defined())
-    TORCH_CHECK(mask->scalar_type() == at::kFloat || mask->scalar_type() == at::kBool, kOp,
-                ": the mask must be float32 or bool, got ", mask->scalar_type());
+    TORCH_CHECK(mask->scalar_type() == at::kFloat || mask->scalar_type() == at::kBool ||
+                    mask->scalar_type() == dtype,
+                kOp, ": the mask must be bool, float32 or q's dtype, got ", mask->scalar_type());
 }
+
+// The kernels compute in float32, dense.
+Tensor widened(const Tensor& t) { return t.to(at::kFloat).contiguous(); }
 
 // One head's part of the call: its sizes, mask view and dropout stream.
 struct Heads {
@@ -80,7 +90,8 @@ Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional
   h.seed = static_cast<uint64_t>(seed.item<int64_t>());
   hs.count = q.size(0) * q.size(1), hs.heads = q.size(1);
   if (mask && mask->defined()) {
-    hs.mask = mask->expand({q.size(0), q.size(1), h.lq, h.lk});
+    const Tensor m = mask->scalar_type() == at::kBool ? *mask : mask->to(at::kFloat);
+    hs.mask = m.expand({q.size(0), q.size(1), h.lq, h.lk});
     h.mask.is_bool = hs.mask.scalar_type() == at::kBool;
     h.mask.row_stride = hs.mask.stride(2), h.mask.col_stride = hs.mask.stride(3);
   }
@@ -91,7 +102,7 @@ std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q_in, const Tensor& k_in,
                                          const optional<Tensor>& mask, double dropout_p,
                                          bool is_causal, double scale, const Tensor& seed) {
   check_inputs(q_in, k_in, v_in, mask);
-  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Tensor q = widened(q_in), k = widened(k_in), v = widened(v_in);
   const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
   const runtime::AttentionHead& h = hs.head;
   Tensor out = at::empty({q.size(0), q.size(1), h.lq, h.dv}, q.options());
@@ -103,7 +114,7 @@ std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q_in, const Tensor& k_in,
       runtime::attention_forward(hs.at(bh), qp + bh * h.lq * h.d, kp + bh * h.lk * h.d,
                                  vp + bh * h.lk * h.dv, op + bh * h.lq * h.dv, lp + bh * h.lq);
   });
-  return {out, lse};
+  return {out.to(q_in.scalar_type()), lse};
 }
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
@@ -111,8 +122,8 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
     const optional<Tensor>& mask, const Tensor& out_in, const Tensor& lse_in, double dropout_p,
     bool is_causal, double scale, const Tensor& seed) {
   check_inputs(q_in, k_in, v_in, mask);
-  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  const Tensor go = grad_out.contiguous(), out = out_in.contiguous(), lse = lse_in.contiguous();
+  const Tensor q = widened(q_in), k = widened(k_in), v = widened(v_in);
+  const Tensor go = widened(grad_out), out = widened(out_in), lse = lse_in.contiguous();
   const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
   const runtime::AttentionHead& h = hs.head;
   Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
@@ -128,7 +139,8 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
                                   dv.data_ptr<float>() + vo);
     }
   });
-  return {dq, dk, dv};
+  const auto dtype = q_in.scalar_type();
+  return {dq.to(dtype), dk.to(dtype), dv.to(dtype)};
 }
 
 std::tuple<Tensor, Tensor> attention_meta(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -136,7 +148,7 @@ std::tuple<Tensor, Tensor> attention_meta(const Tensor& q, const Tensor& k, cons
                                           const Tensor&) {
   check_inputs(q, k, v, mask);
   return {at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
-          at::empty({q.size(0), q.size(1), q.size(2)}, q.options())};
+          at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))};
 }
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward_meta(

@@ -1,8 +1,10 @@
 """scaled_dot_product_attention on disc (attention_choice.cpp): in float32
 disc's fused attention (trace/attention_ops.cpp), which matches eager
 without dropout and, with dropout, draws the math composite's mask for the
-same seed and so matches the composite forward and backward; elsewhere (bf16,
-DISC_ATTENTION=cpu, sdpa_kernel) the kernel the CPU would take."""
+same seed and so matches the composite forward and backward; bf16 and f16
+take it with dropout and match the composite (which computes in float32);
+elsewhere (bf16 without dropout, DISC_ATTENTION=cpu, sdpa_kernel) the
+kernel the CPU would take."""
 import copy
 
 import pytest
@@ -119,6 +121,30 @@ def test_dropout_runs_the_fused_kernel_and_matches_the_composite(mask, attention
     assert torch_disc.metrics.counters().get("fallbacks", 0) == before
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mask", ["bool", "additive", "causal"])
+def test_half_precision_dropout_runs_the_fused_kernel_and_matches_the_composite(
+        dtype, mask, attention_option):
+    """The composite widens bf16/f16 to float32 and rounds the result once;
+    the fused kernel too, so they differ by the rounding of the output
+    (and, in the backward, of the saved output): one unit in the last place
+    of the result's magnitude. A different dropout mask would differ by
+    the values themselves."""
+    tensors = [t.to(dtype) for t in qkv(lq=40, lk=72)]
+    m = None if mask == "causal" else masks(40, 72)[mask]
+    m = m.to(dtype) if m is not None and m.is_floating_point() else m
+    out, grads, forward, backward = dropout_step("fused", tensors, m, mask == "causal")
+    assert FUSED in forward and "native_dropout" not in forward
+    assert FUSED_BACKWARD in backward
+    want, want_grads, composite, _ = dropout_step("cpu", tensors, m, mask == "causal")
+    assert "aten::native_dropout" in composite and FUSED not in composite
+    assert out.dtype == dtype and all(g.dtype == dtype for g in grads)
+    ulp = torch.finfo(dtype).eps
+    torch.testing.assert_close(out, want, rtol=ulp, atol=ulp)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=2 * ulp, atol=2 * ulp * w.abs().max().item())
+
+
 def test_each_call_draws_a_new_mask_without_recompiling(attention_option):
     tensors = qkv(lq=32, lk=32)
     first, *_ = dropout_step("fused", tensors, None, False, seed=1)
@@ -137,8 +163,11 @@ def test_what_the_fused_kernel_does_not_take_keeps_the_composite(attention_optio
     text = torch_disc.graph_text(F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=0.2))
     assert FUSED not in text and "aten::native_dropout" in text
     half = [t.to(torch.bfloat16) for t in leaves]
-    text = torch_disc.graph_text(F.scaled_dot_product_attention(*half, dropout_p=0.2))
-    assert FUSED not in text
+    text = torch_disc.graph_text(F.scaled_dot_product_attention(*half))
+    assert FUSED not in text and FLASH in text
+    mixed = [half[0], leaves[1], leaves[2]]  # the CPU's error for mixed dtypes
+    with pytest.raises(RuntimeError, match="same dtype"):
+        F.scaled_dot_product_attention(*mixed, dropout_p=0.2)
 
 
 def test_bf16_autocast_attention_matches_eagers_autocast():
@@ -193,3 +222,38 @@ def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_bf16_autocast_training_step_runs_the_fused_kernel(attention_option):
+    """BERT under bf16 autocast with attention dropout and a padding mask:
+    q, k and v are bf16, the mask float32; one fused call per layer each
+    way, and the composite's loss and gradients (the key bias's gradient is
+    zero up to rounding, hence the absolute floor)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=100,
+                                     attention_probs_dropout_prob=0.2, hidden_dropout_prob=0.0)
+    torch.manual_seed(0)
+    cpu_model = transformers.BertForSequenceClassification(config).train()
+    ids = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(3))
+    padding = torch.ones(2, 40, dtype=torch.long)
+    padding[1, 30:] = 0
+    results = {}
+    for mode in ("fused", "cpu"):
+        torch_disc.options.set("DISC_ATTENTION", mode)
+        model = copy.deepcopy(cpu_model).to("disc")
+        torch.manual_seed(7)
+        with torch.autocast("disc", dtype=torch.bfloat16):
+            loss = model(input_ids=ids.to("disc"), attention_mask=padding.to("disc"),
+                         labels=torch.tensor([0, 1]).to("disc")).loss
+        loss.backward()
+        grads = [p.grad for p in model.parameters()]
+        text = torch_disc.graph_text(*grads)
+        results[mode] = (loss.item(), [g.cpu() for g in grads], text)
+    loss, grads, text = results["fused"]
+    assert text.count(FUSED) == text.count(FUSED_BACKWARD) == config.num_hidden_layers
+    want_loss, want_grads, composite = results["cpu"]
+    assert FUSED not in composite and "aten::native_dropout" in composite
+    assert loss == pytest.approx(want_loss, rel=1e-3)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-6)
