@@ -127,3 +127,76 @@ def tp_losses(model, opt, device, steps):
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def sp_model():
+    """A one-block pre-norm transformer (4 heads, width 32) between an input
+    and an output projection, for tensor and sequence parallelism: every
+    submodule a plan can name, and attention whose head count follows the
+    (local) width of q."""
+    import torch
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self, width, head_dim):
+            super().__init__()
+            self.head_dim = head_dim
+            self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+
+        def forward(self, x):
+            b, s, _ = x.shape
+
+            def heads(t):
+                return t.view(b, s, -1, self.head_dim).transpose(1, 2)
+
+            out = nn.functional.scaled_dot_product_attention(
+                heads(self.q(x)), heads(self.k(x)), heads(self.v(x)), is_causal=True)
+            return self.o(out.transpose(1, 2).reshape(b, s, -1))
+
+    class Block(nn.Module):
+        def __init__(self, width=32):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.attn = Attention(width, head_dim=8)
+            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                     nn.Linear(4 * width, width))
+
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.block = nn.Linear(12, 32), Block()
+            self.norm, self.head = nn.LayerNorm(32), nn.Linear(32, 6)
+
+        def forward(self, x):
+            return self.head(self.norm(self.block(self.inp(x))))
+
+    torch.manual_seed(0)
+    return Model()
+
+
+def sp_batches(steps, seed=2):
+    """(inputs, targets) per step: 4 sequences of 8 positions."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, 8, 12, generator=g), torch.randn(4, 8, 6, generator=g))
+            for _ in range(steps)]
+
+
+def sp_losses(model, device, steps):
+    """Per-step MSE losses of AdamW on sp_batches."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for x, y in sp_batches(steps):
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

@@ -88,7 +88,60 @@ def _fsdp2_mixed_precision(rank, world, args):
     return result
 
 
-CASES = {"fsdp2_mixed_precision": _fsdp2_mixed_precision}
+def sequence_parallel_plan():
+    """sp_model's tensor-parallel plan: q, k, v and the MLP's first Linear
+    split by columns, the attention's output and the MLP's second by rows;
+    the residual stream between them split along the sequence (dim 1). The
+    LayerNorms run on their rank's positions (SequenceParallel); each
+    block's input is all-gathered, its row split's partial sums
+    reduce-scattered back onto the sequence split."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel)
+
+    gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    return {"inp": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "block.norm1": SequenceParallel(), "block.attn": gather,
+            "block.attn.q": ColwiseParallel(), "block.attn.k": ColwiseParallel(),
+            "block.attn.v": ColwiseParallel(),
+            "block.attn.o": RowwiseParallel(output_layouts=Shard(1)),
+            "block.norm2": SequenceParallel(), "block.mlp": gather,
+            "block.mlp.0": ColwiseParallel(), "block.mlp.2": RowwiseParallel(output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+
+
+def _sp_train(rank, world, args):
+    """sp_model under sequence_parallel_plan on a disc mesh, AdamW on the
+    same batches on every rank: per-step losses, the parameter elements this
+    rank holds, the local shapes the LayerNorms saw, and the syncs and
+    fallbacks of the steps."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from tests.python.dist_cases import _counters
+    from tests.python.dist_models import sp_losses, sp_model
+
+    mesh = init_device_mesh("disc", (world,))
+    model = parallelize_module(sp_model().to("disc"), mesh, sequence_parallel_plan())
+    normed = set()  # the shapes of the positions each LayerNorm ran on here
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.register_forward_hook(lambda m, i, o: normed.add(tuple(
+                i[0].to_local().shape if isinstance(i[0], DTensor) else i[0].shape)))
+    before = _counters("disc")
+    losses = sp_losses(model, "disc", args["steps"])
+    after = _counters("disc")
+    return {"losses": losses, "local_params": sum(p.to_local().numel() for p in model.parameters()),
+            "params": sum(p.numel() for p in model.parameters()), "normed": sorted(normed),
+            "fallbacks": after["fallbacks"] - before["fallbacks"],
+            "syncs": {k: v - before.get(k, 0) for k, v in after.items()
+                      if k.startswith("sync.") and v > before.get(k, 0)}}
+
+
+CASES = {"fsdp2_mixed_precision": _fsdp2_mixed_precision, "sp_train": _sp_train}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 
 import torch_disc
 from tests.python import dist_cases, dist_sharding_cases
-from tests.python.dist_models import batches, build_model, train
+from tests.python.dist_models import batches, build_model, sp_losses, sp_model, train
 from tests.python.test_distributed import close, ok
 
 pytestmark = pytest.mark.skipif(not torch_disc.distributed.register(),
@@ -50,3 +50,26 @@ def test_fsdp2_mixed_precision_matches_cpu_gloo():
         # The casts and collectives ride the step's own sync.
         assert r["syncs"] == {"sync.optimizer_step": steps}
     assert disc[0]["computed"] == cpu[0]["computed"]
+
+
+def test_sequence_parallel_transformer_block_matches_one_process():
+    """A pre-norm transformer block under tensor parallelism with
+    SequenceParallel LayerNorms on 2 ranks: q, k, v and the MLP's first
+    Linear split by columns, the attention's output and the MLP's second by
+    rows reduce-scattered onto the sequence split, the stream all-gathered
+    into each block. The per-step losses of AdamW are one process's."""
+    steps, world = 5, 2
+    results = ok(launch("sp_train", world, {"steps": steps}))
+    model = sp_model()
+    want = sp_losses(model, "cpu", steps)
+    replicated = sum(p.numel() for name, p in model.named_parameters()
+                     if "norm" in name or name in ("inp.bias", "block.attn.o.bias",
+                                                   "block.mlp.2.bias"))
+    for r in results:
+        close(r["losses"], want, 1e-5)
+        # Each LayerNorm ran on this rank's 4 of the 8 positions.
+        assert r["normed"] == [[4, 4, 32]]
+        assert r["local_params"] == (r["params"] - replicated) // world + replicated
+        assert r["fallbacks"] == 0
+        # DTensor's collectives ride the step's graph: one sync a step.
+        assert r["syncs"] == {"sync.optimizer_step": steps}
