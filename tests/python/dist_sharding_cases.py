@@ -141,7 +141,71 @@ def _sp_train(rank, world, args):
                       if k.startswith("sync.") and v > before.get(k, 0)}}
 
 
-CASES = {"fsdp2_mixed_precision": _fsdp2_mixed_precision, "sp_train": _sp_train}
+def _tp_checkpoint(rank, world, args):
+    """sp_model under sequence_parallel_plan on a disc mesh with AdamW, saved
+    by torch.distributed.checkpoint after ``stop`` steps, loaded into a
+    fresh parallelized model and optimizer, trained on: the per-step losses
+    of that run and of one never stopped; and whether the full state dict,
+    gathered to the CPU, loads into an unsharded model that then computes
+    what the parallel one does."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_state_dict, set_state_dict)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from tests.python.dist_models import sp_batches, sp_model
+
+    mesh = init_device_mesh("disc", (world,))
+    steps, stop = args["steps"], args["stop"]
+    data = sp_batches(steps)
+
+    def parallel(seed):
+        model = sp_model()
+        if seed:  # another start, for the checkpoint to overwrite
+            for p in model.parameters():
+                torch.nn.init.normal_(p, generator=torch.Generator().manual_seed(seed))
+        model = parallelize_module(model.to("disc"), mesh, sequence_parallel_plan())
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def run(model, opt, part):
+        losses = []
+        for x, y in part:
+            loss = torch.nn.functional.mse_loss(model(x.to("disc")), y.to("disc"))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    straight = run(*parallel(0), data)
+    model, opt = parallel(0)
+    first = run(model, opt, data[:stop])
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args["path"])
+    model, opt = parallel(5)
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=args["path"])
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    resumed = first + run(model, opt, data[stop:])
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                 cpu_offload=True))
+    x, y = data[0]
+    parallel_out = model(x.to("disc")).cpu()  # every rank: its collectives
+    result = {"straight": straight, "resumed": resumed}
+    if rank != 0:  # the full state dict goes to rank 0 alone
+        return dict(result, full_on_cpu=True, full_loads=not full)
+    plain = sp_model()
+    plain.load_state_dict(full)
+    same = torch.allclose(plain(x), parallel_out, rtol=1e-5, atol=1e-6)
+    return dict(result, full_on_cpu=all(t.device.type == "cpu" for t in full.values()),
+                full_loads=same)
+
+
+CASES = {"fsdp2_mixed_precision": _fsdp2_mixed_precision, "sp_train": _sp_train,
+         "tp_checkpoint": _tp_checkpoint}
 
 
 if __name__ == "__main__":
