@@ -204,9 +204,62 @@ def _tp_checkpoint(rank, world, args):
                 full_loads=same)
 
 
+def _sharding_disagrees(rank, world, args):
+    """Rank 0 shards tp_model one way, the others another (``args["fault"]``
+    names how); each trains two steps, logging the mean loss. Returns the
+    error this rank got (None, and the losses, if it got none) and how long
+    it took."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    from tests.python.dist_models import tp_model
+
+    fault, first = args["fault"], rank == 0
+    start = time.monotonic()
+    try:
+        model = tp_model().to("disc")
+        if fault == "tp_vs_none":  # rank 0 splits the Linears, the others do not
+            if first:
+                parallelize_module(model, init_device_mesh("disc", (world,)),
+                                   {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        elif fault == "colwise_vs_rowwise":  # the same layers, split the other way
+            plan = ({"0": ColwiseParallel(), "2": RowwiseParallel()} if first else
+                    {"0": RowwiseParallel(), "2": ColwiseParallel()})
+            parallelize_module(model, init_device_mesh("disc", (world,)), plan)
+        elif fault == "fsdp_units":  # per layer and at the root, or at the root alone
+            if first:
+                for layer in (model[0], model[2]):
+                    fully_shard(layer)
+            fully_shard(model)
+        elif fault == "fsdp_mesh_size":  # over all ranks, or over each rank alone
+            mesh = (init_device_mesh("disc", (world,)) if first else
+                    init_device_mesh("disc", (world, 1), mesh_dim_names=("dp", "shard"))["shard"])
+            fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g, losses = torch.Generator().manual_seed(1), []
+        for _ in range(2):
+            x, y = torch.randn(16, 24, generator=g), torch.randn(16, 10, generator=g)
+            loss = torch.nn.functional.mse_loss(model(x.to("disc")), y.to("disc"))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dist.all_reduce(loss)
+            losses.append(loss.item() / world)
+    except Exception as e:  # noqa: BLE001 - what the test inspects
+        return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - start}
+    return {"error": None, "seconds": time.monotonic() - start, "losses": losses}
+
+
 CASES = {"fsdp2_mixed_precision": _fsdp2_mixed_precision, "sp_train": _sp_train,
-         "tp_checkpoint": _tp_checkpoint}
+         "tp_checkpoint": _tp_checkpoint, "sharding_disagrees": _sharding_disagrees}
+FAILING = ("sharding_disagrees",)
 
 
 if __name__ == "__main__":
-    dist_cases.main(sys.argv[1:], CASES)
+    dist_cases.main(sys.argv[1:], CASES, FAILING)

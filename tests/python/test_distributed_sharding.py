@@ -86,3 +86,43 @@ def test_tensor_parallel_distributed_checkpoint_resumes_bit_identically(tmp_path
     for r in results:
         assert r["resumed"] == r["straight"]
         assert r["full_on_cpu"] and r["full_loads"]
+
+
+# What each rank runs first when rank 0 shards one way and rank 1 another.
+DISAGREE = {
+    "tp_vs_none": ("scatter (root 0) of 1536 Float elements",  # distributing layer 0
+                   "all_reduce (sum) of 1 Float elements"),  # the logged loss
+    "fsdp_units": ("all_gather of 800 Float elements",  # layer 0's half
+                   "all_gather of 1125 Float elements"),  # the whole model's
+    "fsdp_mesh_size": ("all_gather of 1125 Float elements",
+                       "all_reduce (sum) of 1 Float elements")}  # its mesh is itself
+
+
+@pytest.mark.parametrize("fault", sorted(DISAGREE))
+def test_ranks_that_shard_differently_fail_naming_both(fault):
+    """Rank 0 splits the Linears and rank 1 does not; FSDP2 units per layer
+    on rank 0 and one at the root on rank 1; FSDP2 over both ranks on rank 0
+    and over rank 1 alone on rank 1. Each rank fails, within seconds, naming
+    what both ranks ran."""
+    results = launch("sharding_disagrees", 2, {"fault": fault, "timeout": 30}, timeout=120)
+    for rank, (status, result) in enumerate(results):
+        assert status == "ok", result
+        assert result["error"] is not None, f"rank {rank} trained on: {result}"
+        assert "ranks disagree" in result["error"]
+        for what in DISAGREE[fault]:
+            assert what in result["error"]
+        assert result["seconds"] < 20
+
+
+def test_layers_split_the_other_way_fail_not_hang():
+    """Rank 0 splits layer 0 by columns and layer 2 by rows, rank 1 the
+    other way: rank 1's DTensor finds the local shapes do not multiply,
+    before any collective runs; rank 0, waiting in the scatter that
+    distributes its weights, fails when rank 1's process ends."""
+    results = launch("sharding_disagrees", 2, {"fault": "colwise_vs_rowwise", "timeout": 30},
+                     timeout=120)
+    (s0, r0), (s1, r1) = results
+    assert s0 == s1 == "ok", results
+    assert "Sharding propagation failed" in r1["error"]
+    assert "scatter" in r0["error"] and "failed on rank 0" in r0["error"]
+    assert r0["seconds"] < 20
