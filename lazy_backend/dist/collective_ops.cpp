@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 
 #include "lazy_backend/base/metrics.h"
@@ -55,7 +56,8 @@ const char* reduce_op_name(int64_t op) {
 }
 
 // One rank's account of a collective: [number on the group, kind, elements,
-// dtype, reduce operator or root].
+// dtype, reduce operator or root]; an all_to_all counts the elements of one
+// row of dim 0, since the rows each rank sends differ.
 std::string describe(const int64_t* s) {
   const bool reduces = s[1] == static_cast<int64_t>(Kind::kAllReduce) ||
                        s[1] == static_cast<int64_t>(Kind::kReduceScatter);
@@ -78,17 +80,54 @@ void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what, const 
   }
 }
 
+constexpr int64_t kAccount = 5;  // the fields describe() reads
+
+std::string split_list(at::ArrayRef<int64_t> splits) {
+  std::string s = "[";
+  for (size_t i = 0; i < splits.size(); ++i) s += (i ? ", " : "") + std::to_string(splits[i]);
+  return s + "]";
+}
+
+// An all_to_all's rows: what rank s sends rank r (its in_splits[r]) is what
+// rank r receives from s (its out_splits[s]). Each account ends with the
+// rank's in_splits and out_splits; every rank checks every pair, so all of
+// them fail alike rather than some waiting for a transfer that never comes.
+void check_splits(const Group& g, const std::vector<Tensor>& accounts) {
+  auto splits = [&](int r, int64_t which) {
+    const int64_t* a = accounts[r].const_data_ptr<int64_t>() + kAccount + which * g.size;
+    return at::ArrayRef<int64_t>(a, g.size);
+  };
+  for (int s = 0; s < g.size; ++s)
+    for (int r = 0; r < g.size; ++r) {
+      const int64_t sent = splits(s, 0)[r], expected = splits(r, 1)[s];
+      TORCH_CHECK(sent == expected, "disc: all_to_all split sizes disagree: rank ", s, " sends rank ",
+                  r, " ", sent, " rows (its input_split_sizes ", split_list(splits(s, 0)), "), rank ", r,
+                  " expects ", expected, " (its output_split_sizes ", split_list(splits(r, 1)), ")");
+    }
+}
+
 // Every rank says what it is about to run; a rank that runs something else
 // (another branch, a skipped step) fails on every rank, naming both,
 // instead of leaving the others waiting in a collective that never comes.
-void agree(Group& g, Kind kind, const Tensor& t, int64_t arg) {
+// An all_to_all's account also carries its split sizes, and the ranks'
+// splits must fit one another.
+void agree(Group& g, Kind kind, const Tensor& t, int64_t arg, at::IntArrayRef in_splits = {},
+           at::IntArrayRef out_splits = {}) {
   const int64_t number = g.ran.fetch_add(1);
   if (!options::flag(options::Id::kDistCheck)) return;
   static metrics::Named checks("dist.checks");
   ++checks;
-  Tensor mine = at::tensor({number, static_cast<int64_t>(kind), t.numel(),
-                            static_cast<int64_t>(t.scalar_type()), arg},
-                           at::kLong);
+  const bool rows = kind == Kind::kAllToAll;
+  const int64_t elements = rows && t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0) : t.numel();
+  // One length for every kind, so that ranks running different kinds
+  // still exchange their accounts and name the difference.
+  std::vector<int64_t> account(kAccount + 2 * g.size, 0);
+  const int64_t head[kAccount] = {number, static_cast<int64_t>(kind), elements,
+                                  static_cast<int64_t>(t.scalar_type()), arg};
+  std::copy(head, head + kAccount, account.begin());
+  std::copy(in_splits.begin(), in_splits.end(), account.begin() + kAccount);
+  std::copy(out_splits.begin(), out_splits.end(), account.begin() + kAccount + g.size);
+  Tensor mine = at::tensor(account, at::kLong);
   std::vector<Tensor> in{mine};
   std::vector<std::vector<Tensor>> out(1);
   for (int r = 0; r < g.size; ++r) out[0].push_back(at::empty_like(mine));
@@ -96,12 +135,13 @@ void agree(Group& g, Kind kind, const Tensor& t, int64_t arg) {
                            " (comparing what every rank runs first)";
   finish(g.transport->allgather(out, in), what.c_str(), g);
   for (int r = 0; r < g.size; ++r) {
-    if (at::equal(out[0][r], mine)) continue;
+    if (at::equal(out[0][r].narrow(0, 0, kAccount), mine.narrow(0, 0, kAccount))) continue;
     TORCH_CHECK(false, "disc: ranks disagree on the collectives of a process group: rank ", g.rank,
                 " runs ", describe(mine.data_ptr<int64_t>()), ", rank ", r, " runs ",
                 describe(out[0][r].data_ptr<int64_t>()),
                 ". Every rank must call the same collectives, with the same sizes, in the same order.");
   }
+  if (rows) check_splits(g, out[0]);
 }
 
 c10d::ReduceOp reduce_op(int64_t op) { return c10d::ReduceOp(static_cast<RedOp>(op)); }
@@ -201,14 +241,20 @@ Tensor gather_cpu(const Tensor& input, const optional<Tensor>&, int64_t root, in
   return out;
 }
 
-// Block r of dim 0 to rank r; block r of the result from rank r.
-Tensor all_to_all_cpu(const Tensor& input, const optional<Tensor>&, int64_t id) {
+// The rows of dim 0 sent to each rank (in_splits) and received from each
+// (out_splits); rank r's block of the result comes from rank r.
+Tensor all_to_all_cpu(const Tensor& input, const optional<Tensor>&, c10::SymIntArrayRef in_splits,
+                      c10::SymIntArrayRef out_splits, int64_t id) {
   std::shared_ptr<Group> g = find_group(id);
-  agree(*g, Kind::kAllToAll, input, 0);
+  std::vector<int64_t> ins = C10_AS_INTARRAYREF_SLOW(in_splits).vec(),
+                       outs = C10_AS_INTARRAYREF_SLOW(out_splits).vec();
+  agree(*g, Kind::kAllToAll, input, 0, ins, outs);
   Tensor in = input.contiguous();
-  Tensor out = at::empty_like(in);
-  std::vector<int64_t> even;  // empty splits: dim 0 in equal blocks
-  finish(g->transport->alltoall_base(out, in, even, even), "all_to_all", *g);
+  std::vector<int64_t> sizes = in.sizes().vec();
+  sizes[0] = 0;
+  for (int64_t rows : outs) sizes[0] += rows;
+  Tensor out = at::empty(sizes, in.options());
+  finish(g->transport->alltoall_base(out, in, outs, ins), "all_to_all", *g);
   return out;
 }
 
@@ -234,8 +280,13 @@ Tensor gather_meta(const Tensor& input, const optional<Tensor>&, int64_t, int64_
   return all_gather_meta(input, std::nullopt, id);
 }
 
-Tensor all_to_all_meta(const Tensor& input, const optional<Tensor>&, int64_t) {
-  return at::empty(input.sizes(), input.options());
+Tensor all_to_all_meta(const Tensor& input, const optional<Tensor>&, c10::SymIntArrayRef,
+                       c10::SymIntArrayRef out_splits, int64_t) {
+  std::vector<c10::SymInt> sizes = input.sym_sizes().vec();
+  c10::SymInt rows = 0;
+  for (const c10::SymInt& n : out_splits) rows += n;
+  sizes[0] = rows;
+  return at::empty_symint(sizes, input.options());
 }
 
 template <class Fn>
@@ -247,6 +298,8 @@ using InPlaceFn = Tensor&(Tensor&, const optional<Tensor>&, int64_t, int64_t);
 using ReduceFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t, int64_t);
 using GatherFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t);
 using RootedFn = Tensor(const Tensor&, const optional<Tensor>&, int64_t, int64_t);
+using AllToAllFn = Tensor(const Tensor&, const optional<Tensor>&, c10::SymIntArrayRef,
+                          c10::SymIntArrayRef, int64_t);
 
 }  // namespace
 
@@ -281,9 +334,11 @@ Tensor gather(const Tensor& input, const optional<Tensor>& after, int64_t root, 
   return h.call(input, after, root, group);
 }
 
-Tensor all_to_all(const Tensor& input, const optional<Tensor>& after, int64_t group) {
-  static auto h = handle<GatherFn>("disc::all_to_all");
-  return h.call(input, after, group);
+Tensor all_to_all(const Tensor& input, const optional<Tensor>& after, at::IntArrayRef in_splits,
+                  at::IntArrayRef out_splits, int64_t group) {
+  static auto h = handle<AllToAllFn>("disc::all_to_all");
+  return h.call(input, after, c10::fromIntArrayRefSlow(in_splits), c10::fromIntArrayRefSlow(out_splits),
+                group);
 }
 
 TORCH_LIBRARY_FRAGMENT(disc, m) {
@@ -293,7 +348,8 @@ TORCH_LIBRARY_FRAGMENT(disc, m) {
   m.def("reduce_scatter(Tensor input, Tensor? after, int reduce_op, int group) -> Tensor");
   m.def("scatter(Tensor input, Tensor? after, int root, int group) -> Tensor");
   m.def("gather(Tensor input, Tensor? after, int root, int group) -> Tensor");
-  m.def("all_to_all(Tensor input, Tensor? after, int group) -> Tensor");
+  m.def("all_to_all(Tensor input, Tensor? after, SymInt[] in_splits, SymInt[] out_splits, "
+        "int group) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(disc, CPU, m) {

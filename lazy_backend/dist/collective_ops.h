@@ -12,8 +12,10 @@
 // reduce_scatter this rank's 1/size of dim 0; scatter sends row r of the
 // root's [size, ...] input to rank r, gather stacks every rank's input as
 // the rows of [size, ...] on the root (zeros elsewhere, so every rank's
-// graph has one shape), all_to_all sends block r of dim 0 to rank r: new
-// tensors the backend copies into the caller's.
+// graph has one shape), all_to_all sends in_splits[r] rows of dim 0 to rank
+// r and receives out_splits[r] from it (split sizes are SymInts: new sizes
+// change the size pattern, not the graph): new tensors the backend copies
+// into the caller's.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -35,6 +37,6 @@ at::Tensor scatter(const at::Tensor& input, const std::optional<at::Tensor>& aft
 at::Tensor gather(const at::Tensor& input, const std::optional<at::Tensor>& after, int64_t root,
                   int64_t group);
 at::Tensor all_to_all(const at::Tensor& input, const std::optional<at::Tensor>& after,
-                      int64_t group);
+                      at::IntArrayRef in_splits, at::IntArrayRef out_splits, int64_t group);
 
 }  // namespace disc::dist

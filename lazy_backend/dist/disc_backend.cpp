@@ -276,21 +276,22 @@ class DiscBackend final : public c10d::Backend {
     return done(flat, c10d::OpType::GATHER);
   }
 
-  // Equal blocks of dim 0 only: block r to rank r.
+  // in_splits[r] rows of dim 0 to rank r, out_splits[r] from it; no splits:
+  // dim 0 in equal blocks.
   c10::intrusive_ptr<c10d::Work> alltoall_base(Tensor& out, Tensor& in, std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits,
                                                const c10d::AllToAllOptions& o) override {
     std::vector<Tensor> both{out, in};
     if (host_path(both, "all_to_all_single"))
       return transport().alltoall_base(out, in, out_splits, in_splits, o);
-    TORCH_CHECK(even(out_splits, out) && even(in_splits, in), "disc: dist.all_to_all_single takes ",
-                "equal splits of dim 0 (one block per rank); uneven split sizes are not supported");
-    check_numel(out, in.numel(), "all_to_all_single");
-    TORCH_CHECK(in.dim() > 0 && in.size(0) % size_ == 0, "disc: dist.all_to_all_single needs dim 0 (",
-                in.dim() ? in.size(0) : 0, ") divisible by the group's ", size_, " ranks");
+    const std::vector<int64_t> ins = rows_per_rank(in_splits, in, "input"),
+                               outs = rows_per_rank(out_splits, out, "output");
+    TORCH_CHECK(in.sizes().slice(1) == out.sizes().slice(1),
+                "disc: dist.all_to_all_single needs input and output rows of one shape, got ",
+                in.sizes(), " and ", out.sizes());
     at::NoGradGuard no_grad;
-    Tensor r = record([&](const auto& after) { return dist::all_to_all(in.reshape({size_, -1}), after, id_); });
-    out.copy_(r.view(out.sizes()));
+    Tensor r = record([&](const auto& after) { return dist::all_to_all(in, after, ins, outs, id_); });
+    out.copy_(r);
     return done({out}, c10d::OpType::ALLTOALL_BASE);
   }
 
@@ -306,7 +307,10 @@ class DiscBackend final : public c10d::Backend {
       flat.push_back(t.reshape({-1}));
     }
     at::NoGradGuard no_grad;
-    Tensor r = record([&](const auto& after) { return dist::all_to_all(at::stack(flat), after, id_); });
+    const std::vector<int64_t> one_row_each(size_, 1);
+    Tensor r = record([&](const auto& after) {
+      return dist::all_to_all(at::stack(flat), after, one_row_each, one_row_each, id_);
+    });
     for (int k = 0; k < size_; ++k) {
       check_numel(outs[k], ins[0].numel(), "all_to_all");
       outs[k].copy_(r[k].view(outs[k].sizes()));
@@ -404,13 +408,27 @@ class DiscBackend final : public c10d::Backend {
                 size_);
   }
 
-  // Whether split sizes (none, or one per rank) cut dim 0 of t into equal blocks.
-  bool even(const std::vector<int64_t>& splits, const Tensor& t) const {
-    if (splits.empty()) return true;
-    if (static_cast<int>(splits.size()) != size_ || t.dim() == 0) return false;
-    for (int64_t s : splits)
-      if (s * size_ != t.size(0)) return false;
-    return true;
+  // The rows of dim 0 of t each rank sends or receives: the split sizes
+  // given, or (none given) equal blocks.
+  std::vector<int64_t> rows_per_rank(const std::vector<int64_t>& splits, const Tensor& t,
+                                     const char* which) const {
+    TORCH_CHECK(t.dim() > 0, "disc: dist.all_to_all_single needs an ", which, " of at least one dim");
+    const int64_t rows = t.size(0);
+    if (splits.empty()) {
+      TORCH_CHECK(rows % size_ == 0, "disc: dist.all_to_all_single without split sizes needs dim 0 of the ",
+                  which, " (", rows, ") divisible by the group's ", size_, " ranks");
+      return std::vector<int64_t>(size_, rows / size_);
+    }
+    TORCH_CHECK(static_cast<int>(splits.size()) == size_, "disc: dist.all_to_all_single needs ", size_,
+                " ", which, " split sizes (one per rank), got ", splits.size());
+    int64_t sum = 0;
+    for (int64_t s : splits) {
+      TORCH_CHECK(s >= 0, "disc: dist.all_to_all_single got a negative ", which, " split size ", s);
+      sum += s;
+    }
+    TORCH_CHECK(sum == rows, "disc: dist.all_to_all_single: the ", which, " split sizes add up to ", sum,
+                " rows, the ", which, " has ", rows);
+    return splits;
   }
 
   static void check_numel(const Tensor& t, int64_t want, const char* what) {
