@@ -6,11 +6,12 @@
 // written and, in training, the probabilities and dropout mask kept for the
 // backward. disc answers:
 //  * float32 on the CPU target: `overrideable`, disc's fused attention
-//    (trace/attention_ops.cpp), which keeps none of them, dropout or not;
+//    (trace/attention_ops.cpp), which keeps none of them, dropout or not,
+//    grouped heads (enable_gqa) included;
 //  * bf16 and f16 with dropout likewise: there the CPU's choice is the
 //    composite, which computes in float32 as the fused kernel does. Without
 //    dropout they keep the CPU's flash kernel, whose rounding eager shares;
-//  * otherwise (grouped heads, a mask that needs a gradient, or
+//  * otherwise (a mask that needs a gradient, or
 //    DISC_ATTENTION=cpu) the CPU's own policy: its flash kernel where
 //    eager's would take it (it has no dropout), recorded as
 //    _scaled_dot_product_flash_attention_for_cpu and its backward and run on
@@ -32,7 +33,7 @@ namespace {
 
 // Whether disc's fused attention computes this call.
 bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const std::optional<Tensor>& mask, double dropout_p) {
+                           const std::optional<Tensor>& mask, double dropout_p, bool enable_gqa) {
   if (!at::globalContext().userEnabledOverrideableSDP()) return false;
   if (disc::options::text(disc::options::Id::kAttention) != "fused") return false;
   if (!disc::value_device().is_cpu() || !disc::runtime::has_onednn()) return false;
@@ -40,8 +41,11 @@ bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
   if (dtype != kFloat && !((dtype == kBFloat16 || dtype == kHalf) && dropout_p > 0)) return false;
   for (const Tensor* t : {&q, &k, &v})
     if (t->dim() != 4 || t->scalar_type() != dtype || t->numel() == 0) return false;
-  // Grouped heads (enable_gqa) and mismatched sizes: the CPU's choice, or its error.
-  if (k.size(1) != q.size(1) || k.size(3) != q.size(3) || v.size(2) != k.size(2)) return false;
+  // Grouped heads without enable_gqa and mismatched sizes: the CPU's error.
+  const bool grouped = enable_gqa && k.size(1) > 0 && q.size(1) % k.size(1) == 0;
+  if ((k.size(1) != q.size(1) && !grouped) || v.size(1) != k.size(1) || k.size(3) != q.size(3) ||
+      v.size(2) != k.size(2) || k.size(0) != q.size(0) || v.size(0) != q.size(0))
+    return false;
   if (!mask || !mask->defined()) return true;
   return (mask->scalar_type() == kFloat || mask->scalar_type() == kBool ||
           mask->scalar_type() == dtype) &&
@@ -52,7 +56,7 @@ bool fused_attention_takes(const Tensor& q, const Tensor& k, const Tensor& v,
 int64_t disc_sdp_choice(const Tensor& query, const Tensor& key, const Tensor& value,
                         const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                         std::optional<double> scale, bool enable_gqa) {
-  if (fused_attention_takes(query, key, value, attn_mask, dropout_p))
+  if (fused_attention_takes(query, key, value, attn_mask, dropout_p, enable_gqa))
     return static_cast<int64_t>(SDPBackend::overrideable);
   return _fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale,
                                enable_gqa);

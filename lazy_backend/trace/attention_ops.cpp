@@ -9,13 +9,15 @@
 // backward; disc's kernels for those two record these ops. Their graphs
 // replay them with the CPU kernels below, on every executor.
 //
-//   attention(q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], mask?,
+//   attention(q [B, H, Lq, D], k [B, Hk, Lk, D], v [B, Hk, Lk, Dv], mask?,
 //             dropout_p, is_causal, scale, seed []) -> (out [B, H, Lq, Dv],
 //                                                        lse [B, H, Lq])
 //   attention_backward(grad_out, q, k, v, mask?, out, lse, dropout_p,
 //                      is_causal, scale, seed) -> (grad_q, grad_k, grad_v)
 //
-// The mask is floating (added) or bool (false: masked), broadcast to
+// Hk divides H: grouped-query attention (SDPA's enable_gqa), query head h
+// reads key and value head h / (H / Hk), and the gradients of a key head
+// sum over its group. The mask is floating (added) or bool (false: masked), broadcast to
 // [B, H, Lq, Lk]. bf16 and f16 inputs are computed as SDPA's math path
 // computes them on the CPU: widened to float32 on entry, the outputs rounded
 // once on exit (lse stays float32, as ATen's flash kernel keeps it). `seed` is an int64 CPU scalar: the key of the dropout
@@ -50,8 +52,9 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const optio
     TORCH_CHECK(t->scalar_type() == dtype, kOp, ": q, k and v must share a dtype, got ",
                 q.scalar_type(), ", ", k.scalar_type(), " and ", v.scalar_type());
   }
-  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
-                  v.size(1) == q.size(1) && k.size(3) == q.size(3) && v.size(2) == k.size(2),
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) > 0 &&
+                  q.size(1) % k.size(1) == 0 && v.size(1) == k.size(1) && k.size(3) == q.size(3) &&
+                  v.size(2) == k.size(2),
               kOp, ": q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not match");
   if (mask && mask->defined())
     TORCH_CHECK(mask->scalar_type() == at::kFloat || mask->scalar_type() == at::kBool ||
@@ -65,8 +68,11 @@ Tensor widened(const Tensor& t) { return t.to(at::kFloat).contiguous(); }
 // One head's part of the call: its sizes, mask view and dropout stream.
 struct Heads {
   runtime::AttentionHead head;
-  int64_t count = 0, heads = 0;
+  int64_t count = 0, heads = 0, group = 1;  // group: query heads per key head
   Tensor mask;  // expanded to [B, H, Lq, Lk]: zero strides where broadcast
+
+  // The key and value head query head bh reads.
+  int64_t kv(int64_t bh) const { return bh / group; }
 
   runtime::AttentionHead at(int64_t bh) const {
     runtime::AttentionHead h = head;
@@ -88,7 +94,7 @@ Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional
   h.causal = is_causal;
   h.dropout_p = static_cast<float>(dropout_p);
   h.seed = static_cast<uint64_t>(seed.item<int64_t>());
-  hs.count = q.size(0) * q.size(1), hs.heads = q.size(1);
+  hs.count = q.size(0) * q.size(1), hs.heads = q.size(1), hs.group = q.size(1) / k.size(1);
   if (mask && mask->defined()) {
     const Tensor m = mask->scalar_type() == at::kBool ? *mask : mask->to(at::kFloat);
     hs.mask = m.expand({q.size(0), q.size(1), h.lq, h.lk});
@@ -111,8 +117,8 @@ std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q_in, const Tensor& k_in,
   float *op = out.data_ptr<float>(), *lp = lse.data_ptr<float>();
   at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t bh = b0; bh < b1; ++bh)
-      runtime::attention_forward(hs.at(bh), qp + bh * h.lq * h.d, kp + bh * h.lk * h.d,
-                                 vp + bh * h.lk * h.dv, op + bh * h.lq * h.dv, lp + bh * h.lq);
+      runtime::attention_forward(hs.at(bh), qp + bh * h.lq * h.d, kp + hs.kv(bh) * h.lk * h.d,
+                                 vp + hs.kv(bh) * h.lk * h.dv, op + bh * h.lq * h.dv, lp + bh * h.lq);
   });
   return {out.to(q_in.scalar_type()), lse};
 }
@@ -126,19 +132,27 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
   const Tensor go = widened(grad_out), out = widened(out_in), lse = lse_in.contiguous();
   const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
   const runtime::AttentionHead& h = hs.head;
-  Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
-         dv = at::empty(v.sizes(), v.options());
+  // Grouped heads: each query head's share of its key head's gradients,
+  // summed over the group after.
+  const int64_t b = q.size(0), heads = q.size(1);
+  Tensor dq = at::empty(q.sizes(), q.options()),
+         dk = at::empty({b, heads, h.lk, h.d}, k.options()),
+         dv = at::empty({b, heads, h.lk, h.dv}, v.options());
   at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t bh = b0; bh < b1; ++bh) {
-      const int64_t qo = bh * h.lq * h.d, ko = bh * h.lk * h.d, vo = bh * h.lk * h.dv,
-                    oo = bh * h.lq * h.dv;
+      const int64_t qo = bh * h.lq * h.d, ko = hs.kv(bh) * h.lk * h.d,
+                    vo = hs.kv(bh) * h.lk * h.dv, oo = bh * h.lq * h.dv;
       runtime::attention_backward(hs.at(bh), q.const_data_ptr<float>() + qo, k.const_data_ptr<float>() + ko,
                                   v.const_data_ptr<float>() + vo, out.const_data_ptr<float>() + oo,
                                   lse.const_data_ptr<float>() + bh * h.lq, go.const_data_ptr<float>() + oo,
-                                  dq.data_ptr<float>() + qo, dk.data_ptr<float>() + ko,
-                                  dv.data_ptr<float>() + vo);
+                                  dq.data_ptr<float>() + qo, dk.data_ptr<float>() + bh * h.lk * h.d,
+                                  dv.data_ptr<float>() + bh * h.lk * h.dv);
     }
   });
+  if (hs.group > 1) {
+    dk = dk.view({b, k.size(1), hs.group, h.lk, h.d}).sum(2);
+    dv = dv.view({b, k.size(1), hs.group, h.lk, h.dv}).sum(2);
+  }
   const auto dtype = q_in.scalar_type();
   return {dq.to(dtype), dk.to(dtype), dv.to(dtype)};
 }

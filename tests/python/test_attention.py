@@ -1,8 +1,8 @@
 """scaled_dot_product_attention on disc (attention_choice.cpp): in float32
 disc's fused attention (trace/attention_ops.cpp), which matches eager
 without dropout and, with dropout, draws the math composite's mask for the
-same seed and so matches the composite forward and backward; bf16 and f16
-take it with dropout and match the composite (which computes in float32);
+same seed and so matches the composite forward and backward, grouped heads
+(enable_gqa) included; bf16 and f16 take it with dropout and match the composite (which computes in float32);
 elsewhere (bf16 without dropout, DISC_ATTENTION=cpu, sdpa_kernel) the
 kernel the CPU would take."""
 import copy
@@ -145,6 +145,46 @@ def test_half_precision_dropout_runs_the_fused_kernel_and_matches_the_composite(
         torch.testing.assert_close(g, w, rtol=2 * ulp, atol=2 * ulp * w.abs().max().item())
 
 
+@pytest.mark.parametrize("mask", ["bool", "additive", "causal"])
+def test_grouped_heads_match_eager_and_with_dropout_the_composite(mask, attention_option):
+    """enable_gqa: 6 query heads over 2 key / value heads. Without dropout
+    the fused kernel gives eager's values and gradients (the key heads'
+    summed over their groups); with dropout, the composite's under one
+    seed."""
+    g = torch.Generator().manual_seed(4)
+    tensors = [torch.randn(2, h, 40, 8, generator=g) for h in (6, 2, 2)]
+    m = None if mask == "causal" else masks(40, 40)[mask]
+    causal = mask == "causal"
+    leaves = [t.clone().requires_grad_() for t in tensors]
+    want = F.scaled_dot_product_attention(*leaves, attn_mask=m, is_causal=causal, enable_gqa=True)
+    cot = torch.randn(want.shape, generator=g)
+    want.backward(cot)
+    disc_leaves = [t.to("disc").requires_grad_() for t in tensors]
+    got = F.scaled_dot_product_attention(*disc_leaves, attn_mask=None if m is None else m.to("disc"),
+                                         is_causal=causal, enable_gqa=True)
+    assert FUSED in torch_disc.graph_text(got)
+    got.backward(cot.to("disc"))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    for d, c in zip(disc_leaves, leaves):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-5, atol=1e-5)
+
+    def dropped(mode):
+        torch_disc.options.set("DISC_ATTENTION", mode)
+        torch.manual_seed(5)
+        ls = [t.to("disc").requires_grad_() for t in tensors]
+        out = F.scaled_dot_product_attention(*ls, attn_mask=None if m is None else m.to("disc"),
+                                             is_causal=causal, dropout_p=0.3, enable_gqa=True)
+        text = torch_disc.graph_text(out)
+        out.backward(cot.to("disc"))
+        return out.cpu(), [t.grad.cpu() for t in ls], text
+    out, grads, text = dropped("fused")
+    want, want_grads, composite = dropped("cpu")
+    assert FUSED in text and FUSED not in composite
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    for g_, w in zip(grads, want_grads):
+        torch.testing.assert_close(g_, w, rtol=1e-5, atol=1e-5)
+
+
 def test_each_call_draws_a_new_mask_without_recompiling(attention_option):
     tensors = qkv(lq=32, lk=32)
     first, *_ = dropout_step("fused", tensors, None, False, seed=1)
@@ -195,6 +235,32 @@ def test_a_hugging_face_eval_forward_runs_the_fused_kernel_and_matches_eager():
         got = model(input_ids=ids.to("disc")).logits
         assert torch_disc.graph_text(got).count(FUSED) == config.n_layer
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_grouped_query_hugging_face_model_runs_the_fused_kernel():
+    """Llama with 2 key / value heads for 4 query heads and no padding:
+    transformers calls SDPA with enable_gqa and is_causal; one fused call
+    per layer, eager's logits and gradients."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(3))
+    want = model(input_ids=ids, labels=ids)
+    want.loss.backward()
+    want_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.to("disc")
+    got = model(input_ids=ids.to("disc"), labels=ids.to("disc"))
+    got.loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    text = torch_disc.graph_text(*grads)
+    assert text.count(FUSED) == text.count(FUSED_BACKWARD) == config.num_hidden_layers
+    torch.testing.assert_close(got.logits.cpu(), want.logits, rtol=1e-4, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-5)
 
 
 def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
@@ -257,3 +323,4 @@ def test_a_bf16_autocast_training_step_runs_the_fused_kernel(attention_option):
     assert loss == pytest.approx(want_loss, rel=1e-3)
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-6)
+
