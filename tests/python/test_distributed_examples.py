@@ -77,3 +77,20 @@ def test_bert_example_fsdp_matches_ddp_and_saves_the_whole_model(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_sharded_step_benchmark_runs(tmp_path):
+    # A smoke test of benchmarks.sharded_step on a one-block model: its times
+    # mean nothing here, but FSDP2's shards must show in the figures.
+    out = tmp_path / "rows.json"
+    stdout = run([sys.executable, "-m", "benchmarks.sharded_step", "--processes", "2",
+                  "--layers", "1", "--width", "64", "--vocab", "256", "--seq-len", "16",
+                  "--batch-size", "2", "--steps", "1", "--warmup", "1", "--out", str(out)])
+    assert "CPU: " in stdout and "failed" not in stdout, stdout
+    rows = {row["mode"]: row for row in json.loads(out.read_text())["rows"]}
+    assert rows.keys() == {"one process", "ddp", "fsdp"}
+    ddp, fsdp = rows["ddp"], rows["fsdp"]
+    assert ddp["params"] == rows["one process"]["params"]
+    assert abs(2 * fsdp["params"] - ddp["params"]) <= 0.01 * ddp["params"]  # dim 0 pads
+    # The allocator's figures: half the parameters and moments, no buckets.
+    assert fsdp["resident"] < 0.75 * ddp["resident"] and fsdp["peak"] < ddp["peak"]
