@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then C++ (GoogleTest via CTest) and Python
 # (pytest) tests at this CPU's own ISA, then the tests of what depends on the
-# ISA (generated kernels, oneDNN GEMMs and convolutions, bf16, the model zoo)
+# ISA (generated kernels, oneDNN GEMMs and convolutions, bf16, the model zoo,
+# the hand-vectorized dropout and attention)
 # again as on an AVX2-only CPU (scripts/with_isa.sh), so that one machine of
 # either kind checks both; last, the C++ tests cross-built for AArch64 and
 # run under emulation.
@@ -19,12 +20,12 @@ python3 -m pytest tests/python -q "$@"
 # CPU's own kernels, and MKL capped on an Intel CPU is not an AVX2 CPU's MKL.
 ISA_TESTS=(test_fused_kernels.py test_row_kernels.py test_library_calls.py test_conv_calls.py
            test_gemm_merge.py test_autocast.py test_model_zoo.py test_ops_parity.py
-           test_build_components.py)
+           test_build_components.py test_attention.py test_dropout.py)
 case "$native" in
   avx512|avx512_bf16|amx)
     echo "== the ISA-dependent tests capped to avx2 (this CPU: $native)"
     bash scripts/with_isa.sh avx2 ctest --test-dir build --output-on-failure -j 2 \
-      -R 'Onednn|MlirJit|FusedKernel'
+      -R 'Onednn|MlirJit|FusedKernel|Philox|Attention|VectorLevel'
     bash scripts/with_isa.sh avx2 python3 -m pytest "${ISA_TESTS[@]/#/tests/python/}" -q "$@" ;;
   *)
     echo "== no capped run: this CPU's ISA ($native) is the AVX2 level or below, the run above covered it" ;;

@@ -12,7 +12,7 @@
 #include "lazy_backend/trace/attr_ivalue.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/ops.h"
-#include "runtime/philox.h"
+#include "runtime/cpu/philox.h"
 
 #include <algorithm>
 #include <mutex>
@@ -76,7 +76,7 @@ bool seed_generator_arguments(const c10::OperatorHandle& op, const ir::Node& n,
 // the process's CPU generator, which the host may be using at the same
 // moment. This is ATen's CPU kernel's contract (the same mask dtype, the
 // same `input * mask * scale`, the same answers for an empty input and for
-// eval), with the mask drawn by Philox (runtime/philox.h) from the node's
+// eval), with the mask drawn by Philox (runtime/cpu/philox.h) from the node's
 // seed, 16 blocks per vector, in parallel: the same on every executor and
 // thread count (an [8, 12, 128, 128] dropout: 7.2 ms with one block at a
 // time, 1.6 ms vectorized, 2 threads). It takes the boxed

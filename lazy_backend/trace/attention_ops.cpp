@@ -32,7 +32,7 @@
 
 #include "lazy_backend/device/rng.h"
 #include "runtime/cpu/attention.h"
-#include "runtime/philox.h"
+#include "runtime/cpu/philox.h"
 
 namespace disc {
 

@@ -8,19 +8,17 @@
 #include <vector>
 
 #include "runtime/cpu/onednn_gemm.h"
-#include "runtime/philox.h"
+#include "runtime/cpu/philox.h"
+#include "runtime/cpu/vector_level.h"
 
 namespace disc::runtime {
 
 namespace {
 
-// x86: one clone per vector width, picked at load time by the CPU (as
-// philox.cpp's). Elsewhere the vector types are the target's own (NEON).
-#if defined(__x86_64__)
-#define DISC_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define DISC_VECTOR_CLONES
-#endif
+// The row functions are inlined into attention_forward's and
+// attention_backward's bodies, which are compiled once per vector level
+// (vector_level.h).
+#define DISC_VECTOR_ROWS __attribute__((always_inline)) inline
 
 using F32x16 = float __attribute__((vector_size(64)));
 using I32x16 = int32_t __attribute__((vector_size(64)));
@@ -68,7 +66,7 @@ __attribute__((always_inline)) inline F32x16 exp16(F32x16 x) {
 
 // Row i's raw q . k products with keys 0 .. n - 1 -> its scores: scaled,
 // masked, causal.
-DISC_VECTOR_CLONES void scores_row(const AttentionHead& h, int64_t i, float* s, int64_t n) {
+DISC_VECTOR_ROWS void scores_row(const AttentionHead& h, int64_t i, float* s, int64_t n) {
   const AttentionMask m = h.mask;
   const float scale = h.scale;
   if (!m.data) {
@@ -102,7 +100,7 @@ DISC_VECTOR_CLONES void scores_row(const AttentionHead& h, int64_t i, float* s, 
     for (int64_t j = std::max<int64_t>(i + 1, 0); j < n; ++j) s[j] = -kInf;
 }
 
-DISC_VECTOR_CLONES float max_of(const float* s, int64_t n) {
+DISC_VECTOR_ROWS float max_of(const float* s, int64_t n) {
   F32x16 mv = splat(-kInf);
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
@@ -116,7 +114,7 @@ DISC_VECTOR_CLONES float max_of(const float* s, int64_t n) {
 }
 
 // s[j] = e^(s[j] - shift); returns their sum.
-DISC_VECTOR_CLONES float exp_row(float* s, int64_t n, float shift) {
+DISC_VECTOR_ROWS float exp_row(float* s, int64_t n, float shift) {
   F32x16 acc = splat(0.f);
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
@@ -130,13 +128,13 @@ DISC_VECTOR_CLONES float exp_row(float* s, int64_t n, float shift) {
   return sum;
 }
 
-DISC_VECTOR_CLONES void scale_row(float* s, int64_t n, float by) {
+DISC_VECTOR_ROWS void scale_row(float* s, int64_t n, float by) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) store(s + j, load(s + j) * by);
   for (; j < n; ++j) s[j] *= by;
 }
 
-DISC_VECTOR_CLONES void add_into(float* dst, const float* src, int64_t n) {
+DISC_VECTOR_ROWS void add_into(float* dst, const float* src, int64_t n) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) store(dst + j, load(dst + j) + load(src + j));
   for (; j < n; ++j) dst[j] += src[j];
@@ -145,8 +143,8 @@ DISC_VECTOR_CLONES void add_into(float* dst, const float* src, int64_t n) {
 // s: p, the probabilities; g: dO . v, already dropped out (g * mask / keep;
 // `kept` null without dropout) -> s: p dropped out (for dV); g: dS * scale
 // (for dQ and dK).
-DISC_VECTOR_CLONES void gradient_row(float* s, float* g, const bool* kept, int64_t n, float delta,
-                                     float inv_keep, float scale) {
+DISC_VECTOR_ROWS void gradient_row(float* s, float* g, const bool* kept, int64_t n, float delta,
+                                   float inv_keep, float scale) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
     const F32x16 p = load(s + j);
@@ -220,10 +218,8 @@ int64_t keys_seen(const AttentionHead& h, int64_t i0, int64_t r) {
   return h.causal ? std::min(h.lk, i0 + r) : h.lk;
 }
 
-}  // namespace
-
-void attention_forward(const AttentionHead& h, const float* q, const float* k, const float* v,
-                       float* o, float* lse) {
+DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, const float* q, const float* k,
+                                  const float* v, float* o, float* lse) {
   Scratch& sc = scratch();
   const int64_t rows = block_rows(h), lk = h.lk;
   sc.s.resize(rows * lk);
@@ -256,9 +252,9 @@ void attention_forward(const AttentionHead& h, const float* q, const float* k, c
   }
 }
 
-void attention_backward(const AttentionHead& h, const float* q, const float* k, const float* v,
-                        const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
-                        float* dv) {
+DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, const float* q, const float* k,
+                                   const float* v, const float* o, const float* lse,
+                                   const float* grad_o, float* dq, float* dk, float* dv) {
   Scratch& sc = scratch();
   const int64_t rows = block_rows(h), lk = h.lk;
   sc.s.resize(rows * lk);
@@ -301,6 +297,65 @@ void attention_backward(const AttentionHead& h, const float* q, const float* k, 
     gemm(r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq + i0 * h.d);
     gemm_into(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
   }
+}
+
+using ForwardFn = void (*)(const AttentionHead&, const float*, const float*, const float*, float*,
+                           float*);
+using BackwardFn = void (*)(const AttentionHead&, const float*, const float*, const float*,
+                            const float*, const float*, const float*, float*, float*, float*);
+
+DISC_AT_AVX512 void forward_avx512(const AttentionHead& h, const float* q, const float* k,
+                                   const float* v, float* o, float* lse) {
+  forward_rows(h, q, k, v, o, lse);
+}
+DISC_AT_AVX2 void forward_avx2(const AttentionHead& h, const float* q, const float* k, const float* v,
+                               float* o, float* lse) {
+  forward_rows(h, q, k, v, o, lse);
+}
+void forward_baseline(const AttentionHead& h, const float* q, const float* k, const float* v,
+                      float* o, float* lse) {
+  forward_rows(h, q, k, v, o, lse);
+}
+
+DISC_AT_AVX512 void backward_avx512(const AttentionHead& h, const float* q, const float* k,
+                                    const float* v, const float* o, const float* lse,
+                                    const float* grad_o, float* dq, float* dk, float* dv) {
+  backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
+}
+DISC_AT_AVX2 void backward_avx2(const AttentionHead& h, const float* q, const float* k,
+                                const float* v, const float* o, const float* lse,
+                                const float* grad_o, float* dq, float* dk, float* dv) {
+  backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
+}
+void backward_baseline(const AttentionHead& h, const float* q, const float* k, const float* v,
+                       const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
+                       float* dv) {
+  backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
+}
+
+}  // namespace
+
+void attention_forward_at(VectorLevel level, const AttentionHead& h, const float* q, const float* k,
+                          const float* v, float* o, float* lse) {
+  by_level<ForwardFn>(level, forward_avx512, forward_avx2, forward_baseline)(h, q, k, v, o, lse);
+}
+
+void attention_backward_at(VectorLevel level, const AttentionHead& h, const float* q,
+                           const float* k, const float* v, const float* o, const float* lse,
+                           const float* grad_o, float* dq, float* dk, float* dv) {
+  by_level<BackwardFn>(level, backward_avx512, backward_avx2, backward_baseline)(h, q, k, v, o, lse,
+                                                                                  grad_o, dq, dk, dv);
+}
+
+void attention_forward(const AttentionHead& h, const float* q, const float* k, const float* v,
+                       float* o, float* lse) {
+  attention_forward_at(vector_level(), h, q, k, v, o, lse);
+}
+
+void attention_backward(const AttentionHead& h, const float* q, const float* k, const float* v,
+                        const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
+                        float* dv) {
+  attention_backward_at(vector_level(), h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
 
 }  // namespace disc::runtime

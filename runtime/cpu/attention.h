@@ -16,6 +16,8 @@
 #pragma once
 #include <cstdint>
 
+#include "runtime/cpu/vector_level.h"
+
 namespace disc::runtime {
 
 // One head's mask: element (i, j) at data[i * row_stride + j * col_stride];
@@ -46,5 +48,13 @@ void attention_forward(const AttentionHead& h, const float* q, const float* k, c
 void attention_backward(const AttentionHead& h, const float* q, const float* k, const float* v,
                         const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
                         float* dv);
+
+// The same at a given vector level, which the CPU must run (the functions
+// above run at vector_level(); tests compare the levels).
+void attention_forward_at(VectorLevel level, const AttentionHead& h, const float* q, const float* k,
+                          const float* v, float* o, float* lse);
+void attention_backward_at(VectorLevel level, const AttentionHead& h, const float* q,
+                           const float* k, const float* v, const float* o, const float* lse,
+                           const float* grad_o, float* dq, float* dk, float* dv);
 
 }  // namespace disc::runtime

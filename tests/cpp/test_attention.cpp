@@ -9,11 +9,12 @@
 
 #include "runtime/components.h"
 #include "runtime/cpu/attention.h"
-#include "runtime/philox.h"
+#include "runtime/cpu/philox.h"
 
 namespace {
 
 using disc::runtime::AttentionHead;
+using disc::runtime::VectorLevel;
 using Matrix = std::vector<double>;  // row-major
 
 struct Expected {
@@ -107,23 +108,30 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-// Runs one head both ways and compares everything.
+// Runs one head both ways at every vector level this CPU runs and compares
+// everything.
 void check(AttentionHead h) {
   if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
   const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3),
              go = randoms(h.lq * h.dv, 4);
   Expected want = reference(h, q, k, v, go);
-  Expected got;
-  got.o.resize(h.lq * h.dv), got.lse.resize(h.lq), got.dq.resize(h.lq * h.d);
-  got.dk.resize(h.lk * h.d), got.dv.resize(h.lk * h.dv);
-  disc::runtime::attention_forward(h, q.data(), k.data(), v.data(), got.o.data(), got.lse.data());
-  expect_near(got.o, want.o, "o");
-  expect_near(got.lse, want.lse, "lse");
-  disc::runtime::attention_backward(h, q.data(), k.data(), v.data(), got.o.data(), got.lse.data(),
-                                    go.data(), got.dq.data(), got.dk.data(), got.dv.data());
-  expect_near(got.dq, want.dq, "dq");
-  expect_near(got.dk, want.dk, "dk");
-  expect_near(got.dv, want.dv, "dv");
+  for (VectorLevel level : {VectorLevel::kBaseline, VectorLevel::kAvx2, VectorLevel::kAvx512}) {
+    if (!disc::runtime::vector_level_runs(level)) continue;
+    SCOPED_TRACE(disc::runtime::vector_level_name(level));
+    Expected got;
+    got.o.resize(h.lq * h.dv), got.lse.resize(h.lq), got.dq.resize(h.lq * h.d);
+    got.dk.resize(h.lk * h.d), got.dv.resize(h.lk * h.dv);
+    disc::runtime::attention_forward_at(level, h, q.data(), k.data(), v.data(), got.o.data(),
+                                        got.lse.data());
+    expect_near(got.o, want.o, "o");
+    expect_near(got.lse, want.lse, "lse");
+    disc::runtime::attention_backward_at(level, h, q.data(), k.data(), v.data(), got.o.data(),
+                                         got.lse.data(), go.data(), got.dq.data(), got.dk.data(),
+                                         got.dv.data());
+    expect_near(got.dq, want.dq, "dq");
+    expect_near(got.dk, want.dk, "dk");
+    expect_near(got.dv, want.dv, "dv");
+  }
 }
 
 AttentionHead head(int64_t lq, int64_t lk, int64_t d, int64_t dv) {
@@ -131,6 +139,20 @@ AttentionHead head(int64_t lq, int64_t lk, int64_t d, int64_t dv) {
   h.lq = lq, h.lk = lk, h.d = d, h.dv = dv;
   h.scale = 1.f / std::sqrt(static_cast<float>(d));
   return h;
+}
+
+// What the graphs run: the functions at vector_level(), which DISC_CPU_ISA caps.
+TEST(Attention, EntryPointsRunAtTheCappedLevel) {
+  if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
+  AttentionHead h = head(20, 30, 8, 8);
+  h.dropout_p = 0.2f, h.seed = 3;
+  const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3);
+  std::vector<float> o(h.lq * h.dv), lse(h.lq), o_at(h.lq * h.dv), lse_at(h.lq);
+  disc::runtime::attention_forward(h, q.data(), k.data(), v.data(), o.data(), lse.data());
+  disc::runtime::attention_forward_at(disc::runtime::vector_level(), h, q.data(), k.data(), v.data(),
+                                      o_at.data(), lse_at.data());
+  EXPECT_EQ(o, o_at);
+  EXPECT_EQ(lse, lse_at);
 }
 
 TEST(Attention, PlainMatchesTheFormulas) { check(head(37, 53, 16, 24)); }

@@ -8,6 +8,7 @@
 
 #include "runtime/cpu/cpu_isa.h"
 #include "runtime/cpu/mlir_jit.h"
+#include "runtime/cpu/vector_level.h"
 
 using disc::runtime::CpuIsa;
 using disc::runtime::cpu_isa_at_least;
@@ -55,3 +56,16 @@ TEST(CpuIsa, Aarch64TargetTurnsOnExactlyTheLevelsExtensions) {
   EXPECT_EQ(t.find(vl) != std::string::npos, sve) << t;
 }
 #endif
+
+// Hand-vectorized code runs at the level the ISA allows, capped like the
+// rest by DISC_CPU_ISA (the capped test run checks the AVX2 level).
+TEST(VectorLevel, FollowsTheIsaCap) {
+  using disc::runtime::VectorLevel;
+  const CpuIsa isa = disc::runtime::cpu_isa();
+  const VectorLevel want = cpu_isa_at_least(isa, CpuIsa::kAvx512) ? VectorLevel::kAvx512
+                           : cpu_isa_at_least(isa, CpuIsa::kAvx2) ? VectorLevel::kAvx2
+                                                                  : VectorLevel::kBaseline;
+  EXPECT_EQ(disc::runtime::vector_level(), want) << disc::runtime::cpu_isa_name(isa);
+  EXPECT_TRUE(disc::runtime::vector_level_runs(disc::runtime::vector_level()));
+  EXPECT_TRUE(disc::runtime::vector_level_runs(VectorLevel::kBaseline));
+}

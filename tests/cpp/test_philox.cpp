@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/philox.h"
+#include "runtime/cpu/philox.h"
 
 using disc::runtime::dropout_f32;
 using disc::runtime::philox4x32;
@@ -71,4 +71,27 @@ TEST(Philox, AnySplitOfAStreamDrawsTheSame) {
   std::vector<char> other(n);
   dropout_f32(8, 0.5f, 2.0f, 0, n, nullptr, nullptr, reinterpret_cast<bool*>(other.data()));
   EXPECT_NE(whole, other);  // another seed, another mask
+}
+
+// Each vector level's code (vector_level.h) draws the same mask and values:
+// the mask is the composite's whatever the CPU.
+TEST(Philox, EveryVectorLevelDrawsTheSame) {
+  using disc::runtime::VectorLevel;
+  const int64_t begin = 5, end = 1000;
+  std::vector<float> x(end - begin);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 89) * 0.25f - 7.0f;
+  auto draw = [&](VectorLevel level, std::vector<float>& y, std::vector<char>& mask) {
+    y.assign(x.size(), -1.0f), mask.assign(x.size(), 2);
+    disc::runtime::dropout_f32_at(level, 0xfeedULL, 0.7f, 1.0f / 0.7f, begin, end, x.data(), y.data(),
+                                  reinterpret_cast<bool*>(mask.data()));
+  };
+  std::vector<float> want_y, y;
+  std::vector<char> want_mask, mask;
+  draw(VectorLevel::kBaseline, want_y, want_mask);
+  for (VectorLevel level : {VectorLevel::kAvx2, VectorLevel::kAvx512}) {
+    if (!disc::runtime::vector_level_runs(level)) continue;
+    draw(level, y, mask);
+    EXPECT_EQ(y, want_y) << disc::runtime::vector_level_name(level);
+    EXPECT_EQ(mask, want_mask) << disc::runtime::vector_level_name(level);
+  }
 }

@@ -1,5 +1,5 @@
 """Dropout on disc draws its mask by Philox from the node's seed
-(runtime/philox.h): ATen's contract, reproducible, the same on both
+(runtime/cpu/philox.h): ATen's contract, reproducible, the same on both
 executors and at any thread count, laid out as its input."""
 import torch
 import torch.nn.functional as F

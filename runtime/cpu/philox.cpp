@@ -1,7 +1,9 @@
-#include "runtime/philox.h"
+#include "runtime/cpu/philox.h"
 
 #include <algorithm>
 #include <cstring>
+
+#include "runtime/cpu/vector_level.h"
 
 namespace disc::runtime {
 
@@ -76,13 +78,12 @@ PhiloxBlock philox4x32(PhiloxBlock counter, std::array<uint32_t, 2> key) {
   return counter;
 }
 
-// x86: one clone per vector width, picked at load time by the CPU. Elsewhere
-// (AArch64) the vector extensions compile to the target's own vectors (NEON).
-#if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t end, const float* x,
-                 float* y, bool* mask) {
+namespace {
+
+// Compiled once per vector level (vector_level.h).
+__attribute__((always_inline)) inline void dropout_rows(uint64_t seed, float keep, float scale,
+                                                        int64_t begin, int64_t end, const float* x,
+                                                        float* y, bool* mask) {
   const std::array<uint32_t, 2> key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
   constexpr float kUnit = 1.0f / 16777216.0f;  // 2^-24
   for (int64_t group = begin / 64; group * 64 < end; ++group) {
@@ -113,6 +114,38 @@ void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t 
       }
     }
   }
+}
+
+using DropoutFn = void (*)(uint64_t, float, float, int64_t, int64_t, const float*, float*, bool*);
+
+DISC_AT_AVX512 void dropout_avx512(uint64_t seed, float keep, float scale, int64_t begin, int64_t end,
+                                   const float* x, float* y, bool* mask) {
+  dropout_rows(seed, keep, scale, begin, end, x, y, mask);
+}
+
+DISC_AT_AVX2 void dropout_avx2(uint64_t seed, float keep, float scale, int64_t begin, int64_t end,
+                               const float* x, float* y, bool* mask) {
+  dropout_rows(seed, keep, scale, begin, end, x, y, mask);
+}
+
+void dropout_baseline(uint64_t seed, float keep, float scale, int64_t begin, int64_t end,
+                      const float* x, float* y, bool* mask) {
+  dropout_rows(seed, keep, scale, begin, end, x, y, mask);
+}
+
+}  // namespace
+
+void dropout_f32_at(VectorLevel level, uint64_t seed, float keep, float scale, int64_t begin,
+                    int64_t end, const float* x, float* y, bool* mask) {
+  by_level<DropoutFn>(level, dropout_avx512, dropout_avx2, dropout_baseline)(seed, keep, scale, begin,
+                                                                              end, x, y, mask);
+}
+
+void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t end, const float* x,
+                 float* y, bool* mask) {
+  static const DropoutFn fn =
+      by_level<DropoutFn>(vector_level(), dropout_avx512, dropout_avx2, dropout_baseline);
+  fn(seed, keep, scale, begin, end, x, y, mask);
 }
 
 }  // namespace disc::runtime

@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 
+#include "runtime/cpu/vector_level.h"
+
 namespace disc::runtime {
 
 using PhiloxBlock = std::array<uint32_t, 4>;
@@ -24,7 +26,12 @@ uint64_t stream_seed(uint64_t seed, uint64_t offset);
 // vector register each); mask[i] says so, and y[i] = keep ? x[i] * scale : 0.
 // x, y and mask hold elements begin .. end - 1 (x[0] is element `begin`).
 // `x` may be null: then only the mask.
+// Vectorized at vector_level() (vector_level.h).
 void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t end, const float* x,
                  float* y, bool* mask);
+
+// The same at a given level, which the CPU must run (tests compare levels).
+void dropout_f32_at(VectorLevel level, uint64_t seed, float keep, float scale, int64_t begin,
+                    int64_t end, const float* x, float* y, bool* mask);
 
 }  // namespace disc::runtime
