@@ -11,6 +11,7 @@
 #include "lazy_backend/device/rng.h"
 #include "lazy_backend/trace/allocator.h"
 #include "lazy_backend/trace/lazy_storage.h"
+#include "lazy_backend/trace/tensor_data.h"
 
 namespace disc {
 
@@ -26,6 +27,17 @@ struct DiscGuardImpl final : c10::impl::NoOpDeviceGuardImpl<kDisc> {
     TORCH_CHECK(d.index() <= 0, "disc: device ", d, " does not exist (only disc:0)");
   }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+
+  // torch.accelerator.get_device_capability(): the dtypes a disc tensor may
+  // have (torch's default claims every dtype, float8 and quantized ones too).
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    c10::DeviceCapability cap;
+    auto& has = cap.capability_data.supported_scalar_types;
+#define DISC_HAS_DTYPE(_, name) has.has_##name = ir_dtype(c10::ScalarType::name).has_value();
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(DISC_HAS_DTYPE)
+#undef DISC_HAS_DTYPE
+    return cap;
+  }
 
   c10::Stream getStream(c10::Device) const noexcept override { return events::current_stream(); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {

@@ -8,7 +8,7 @@
 
 namespace disc {
 
-ir::DType to_ir(at::ScalarType t) {
+std::optional<ir::DType> ir_dtype(at::ScalarType t) {
   switch (t) {
     case at::kBool: return ir::DType::kBool;
     case at::kByte: return ir::DType::kUInt8;
@@ -23,8 +23,14 @@ ir::DType to_ir(at::ScalarType t) {
     case at::kComplexFloat: return ir::DType::kComplex64;
     case at::kComplexDouble: return ir::DType::kComplex128;
     default:
-      TORCH_CHECK(false, "disc: dtype ", t, " is not supported on the disc device");
+      return std::nullopt;
   }
+}
+
+ir::DType to_ir(at::ScalarType t) {
+  const std::optional<ir::DType> d = ir_dtype(t);
+  TORCH_CHECK(d, "disc: dtype ", t, " is not supported on the disc device");
+  return *d;
 }
 
 at::Tensor new_float_tensor(c10::IntArrayRef sizes) { return new_tensor(sizes, at::kFloat); }

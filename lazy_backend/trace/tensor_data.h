@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 
 #include "lowering/ir/node.h"
 
@@ -62,6 +63,8 @@ class TensorData : public ir::Payload {
 at::Tensor new_float_tensor(c10::IntArrayRef sizes);
 at::Tensor new_tensor(c10::IntArrayRef sizes, at::ScalarType dtype);
 
+// The dtypes a disc tensor may have: those with an ir::DType.
+std::optional<ir::DType> ir_dtype(at::ScalarType t);
 ir::DType to_ir(at::ScalarType t);  // throws, naming the dtype, if unsupported
 at::ScalarType to_aten(ir::DType t);
 ir::TensorType type_of(const at::Tensor& t);

@@ -1,4 +1,7 @@
 """``torch.disc``: the device module PyTorch looks up for the "disc" device."""
+import dataclasses
+import os
+
 import torch
 
 from . import _C
@@ -78,6 +81,19 @@ def set_rng_state(new_state: torch.Tensor, device="disc") -> None:
     _C.set_rng_state(new_state)
 
 
+def get_rng_state_all() -> list:
+    """One state per device: disc has one."""
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states) -> None:
+    states = list(new_states)
+    if len(states) != device_count():
+        raise ValueError(f"disc: set_rng_state_all takes one state per device ({device_count()}), "
+                         f"got {len(states)}")
+    set_rng_state(states[0])
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """bfloat16 runs on every CPU disc runs on: natively with AVX512-BF16 or
     AMX, widened to float32 for GEMMs and convolutions elsewhere."""
@@ -86,6 +102,56 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
+
+
+def _host_cpu_name() -> str:
+    """The model name /proc/cpuinfo gives (x86: "model name", Arm: "Model"),
+    else platform's."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@dataclasses.dataclass(frozen=True)
+class _DeviceProperties:
+    """What ``torch.cuda.get_device_properties`` says of a GPU, said of
+    disc: its graphs' target, the host CPU that compiles (and, on the CPU
+    target, runs) them, the instruction set they use, the host memory
+    disc's buffers live in and the cores its kernels may use."""
+    name: str
+    type: str
+    target: str
+    cpu: str
+    isa: str
+    total_memory: int
+    multi_processor_count: int
+
+
+def get_device_properties(device=None) -> _DeviceProperties:
+    index = _index(device)
+    target, cpu = _C.target(), _host_cpu_name()
+    isa = _C.build_components()["cpu_isa"]
+    return _DeviceProperties(name=f"disc ({target} target; {cpu}, {isa})", type="disc",
+                             target=target, cpu=cpu, isa=isa,
+                             total_memory=torch.accelerator.get_memory_info(index)[1],
+                             multi_processor_count=len(os.sched_getaffinity(0)))
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None) -> dict:
+    """As ``torch.accelerator.get_device_capability``: the dtypes disc takes
+    (CUDA's (major, minor) has no meaning here)."""
+    return torch.accelerator.get_device_capability(_index(device))
 
 
 class device:
@@ -99,6 +165,14 @@ class device:
 
     def __exit__(self, *exc):
         return False
+
+
+class device_of(device):
+    """Context manager selecting the device of a tensor (as
+    ``torch.cuda.device_of``); a CPU tensor selects nothing."""
+
+    def __init__(self, obj):
+        super().__init__(obj.device if obj.device.type == "disc" else None)
 
 
 # Streams and events (lazy_backend/accelerator/events.h): every disc stream names
@@ -211,8 +285,30 @@ def reset_peak_memory_stats(device=None) -> None:
     torch.accelerator.reset_peak_memory_stats(_index(device))
 
 
+def reset_max_memory_allocated(device=None) -> None:
+    """As torch.cuda's (which calls it deprecated): resets the peaks."""
+    reset_peak_memory_stats(device)
+
+
 def reset_accumulated_memory_stats(device=None) -> None:
     torch.accelerator.reset_accumulated_memory_stats(_index(device))
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A table of memory_stats()'s byte counts: current, peak, allocated
+    and freed in all, for allocated, active and reserved memory, and the
+    host buffer cache."""
+    stats = memory_stats(device)
+    mib = lambda n: f"{n / 2**20:12.1f} MiB"  # noqa: E731
+    lines = [f"disc memory summary, device {_index(device)} ({get_device_name(device)})",
+             f"{'':24}{'current':>16}{'peak':>16}{'allocated':>16}{'freed':>16}"]
+    for kind in ("allocated_bytes", "active_bytes", "reserved_bytes"):
+        row = [stats.get(f"{kind}.all.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
+        lines.append(f"{kind:24}" + "".join(f"{mib(v):>16}" for v in row))
+    if not abbreviated:
+        lines.append(f"{'host cache idle':24}{mib(stats.get('host_cache.idle_bytes', 0)):>16}")
+        lines.append(f"{'host cache in use':24}{mib(stats.get('host_cache.in_use_bytes', 0)):>16}")
+    return "\n".join(lines)
 
 
 def mem_get_info(device=None) -> tuple:
@@ -243,5 +339,7 @@ def _index(device) -> int:
         raise RuntimeError(f"disc: device disc:{index} does not exist (only disc:0)")
     return index
 
+
+OutOfMemoryError = torch.OutOfMemoryError  # as torch.cuda.OutOfMemoryError
 
 from . import amp  # noqa: E402  (torch.disc.amp, as torch.cuda.amp)

@@ -1,4 +1,5 @@
 """Registration of the "disc" device: names, device module, module.to()."""
+import pytest
 import torch
 import torch_disc
 
@@ -119,3 +120,55 @@ def test_casts_that_change_layout_or_device_keep_eagers_strides():
             assert got.stride() == want.stride(), kwargs
             assert torch.equal(got.cpu(), want), kwargs
     assert torch.equal(d.to("cpu", torch.float16), w.half())
+
+
+def test_device_properties_name_the_target_cpu_and_isa():
+    props = torch.disc.get_device_properties(0)
+    assert props.type == "disc" and props.target == torch_disc._C.target()
+    assert props.isa == torch_disc.build_components()["cpu_isa"]
+    assert props.cpu in props.name and props.isa in props.name
+    assert torch.disc.get_device_name("disc:0") == props.name
+    assert props.total_memory == torch.disc.mem_get_info()[1] > 0
+    assert props.multi_processor_count >= 1
+    assert torch.disc.get_device_capability() == torch.accelerator.get_device_capability()
+
+
+def test_the_capability_names_exactly_the_dtypes_disc_tensors_take():
+    supported = torch.accelerator.get_device_capability()["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool} <= supported
+    quantized = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+    dtypes = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    for dtype in sorted(dtypes, key=str):
+        x = torch.empty(4, dtype=dtype)
+        try:
+            x.to("disc")
+            moved = True
+        except (RuntimeError, NotImplementedError) as e:
+            # Quantized tensors stop at torch's dispatcher (no Quantizeddisc).
+            assert dtype in quantized or "is not supported on the disc device" in str(e), e
+            moved = False
+        assert moved == (dtype in supported), dtype
+
+
+def test_rng_state_all_is_one_state_per_device():
+    torch.disc.manual_seed(5)
+    states = torch.disc.get_rng_state_all()
+    assert len(states) == torch.disc.device_count() == 1
+    a = torch.rand(4, device="disc").cpu()
+    torch.disc.set_rng_state_all(states)
+    assert torch.equal(torch.rand(4, device="disc").cpu(), a)
+    with pytest.raises(ValueError, match="one state per device"):
+        torch.disc.set_rng_state_all(states * 2)
+
+
+def test_memory_summary_and_device_of():
+    x = torch.ones(256, 1024).to("disc")
+    torch.disc.synchronize()
+    torch.disc.reset_max_memory_allocated()
+    assert torch.disc.max_memory_allocated() == torch.disc.memory_allocated() >= x.nbytes
+    summary = torch.disc.memory_summary()
+    assert "allocated_bytes" in summary and "reserved_bytes" in summary
+    assert "host cache" in summary and "host cache" not in torch.disc.memory_summary(abbreviated=True)
+    with torch.disc.device_of(x), torch.disc.device_of(torch.ones(1)):
+        assert torch.disc.current_device() == 0
+    assert torch.disc.OutOfMemoryError is torch.OutOfMemoryError
