@@ -56,18 +56,41 @@ const char* reduce_op_name(int64_t op) {
 }
 
 // One rank's account of a collective: [number on the group, kind, elements,
-// dtype, reduce operator or root]; an all_to_all counts the elements of one
-// row of dim 0, since the rows each rank sends differ.
+// dtype, reduce operator or root, rank of its shape, up to kDims dims (more
+// are folded into the last)]. Element counts alone would let one rank send
+// a [16, 32] block where another expects [32, 16]. An all_to_all accounts
+// for one row of dim 0 (its trailing dims), since the rows each rank sends
+// differ.
+constexpr int64_t kDims = 8;
+constexpr int64_t kShapeAt = 5;
+constexpr int64_t kAccount = kShapeAt + 1 + kDims;
+
+void put_shape(at::IntArrayRef sizes, int64_t* field) {
+  field[0] = static_cast<int64_t>(sizes.size());
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const size_t at = std::min<size_t>(d, kDims - 1);
+    field[1 + at] = d < kDims ? sizes[d] : field[1 + at] * sizes[d];
+  }
+}
+
+std::string shape_of(const int64_t* field) {
+  std::string s = "[";
+  const int64_t rank = std::min(field[0], kDims);
+  for (int64_t d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(field[1 + d]);
+  return s + (field[0] > kDims ? ", ...]" : "]");
+}
+
 std::string describe(const int64_t* s) {
   const bool reduces = s[1] == static_cast<int64_t>(Kind::kAllReduce) ||
                        s[1] == static_cast<int64_t>(Kind::kReduceScatter);
   const std::string arg = has_root(s[1]) ? "root " + std::to_string(s[4])
                           : reduces      ? std::string(reduce_op_name(s[4]))
                                          : std::string("");
+  const bool rows = s[1] == static_cast<int64_t>(Kind::kAllToAll);
   return std::string(kind_name(s[1])) + (arg.empty() ? "" : " (" + arg + ")") + " of " +
-         std::to_string(s[2]) + " " +
-         std::string(c10::toString(static_cast<at::ScalarType>(s[3]))) + " elements as collective #" +
-         std::to_string(s[0]);
+         std::to_string(s[2]) + " " + std::string(c10::toString(static_cast<at::ScalarType>(s[3]))) +
+         " elements " + (rows ? "a row, rows of " : "shaped ") + shape_of(s + kShapeAt) +
+         ", as collective #" + std::to_string(s[0]);
 }
 
 // Waits for the transport's work; its error names the collective.
@@ -80,8 +103,6 @@ void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what, const 
   }
 }
 
-constexpr int64_t kAccount = 5;  // the fields describe() reads
-
 std::string split_list(at::ArrayRef<int64_t> splits) {
   std::string s = "[";
   for (size_t i = 0; i < splits.size(); ++i) s += (i ? ", " : "") + std::to_string(splits[i]);
@@ -92,7 +113,7 @@ std::string split_list(at::ArrayRef<int64_t> splits) {
 // rank r receives from s (its out_splits[s]). Each account ends with the
 // rank's in_splits and out_splits; every rank checks every pair, so all of
 // them fail alike rather than some waiting for a transfer that never comes.
-void check_splits(const Group& g, const std::vector<Tensor>& accounts) {
+std::string splits_disagree(const Group& g, const std::vector<Tensor>& accounts) {
   auto splits = [&](int r, int64_t which) {
     const int64_t* a = accounts[r].const_data_ptr<int64_t>() + kAccount + which * g.size;
     return at::ArrayRef<int64_t>(a, g.size);
@@ -100,10 +121,25 @@ void check_splits(const Group& g, const std::vector<Tensor>& accounts) {
   for (int s = 0; s < g.size; ++s)
     for (int r = 0; r < g.size; ++r) {
       const int64_t sent = splits(s, 0)[r], expected = splits(r, 1)[s];
-      TORCH_CHECK(sent == expected, "disc: all_to_all split sizes disagree: rank ", s, " sends rank ",
-                  r, " ", sent, " rows (its input_split_sizes ", split_list(splits(s, 0)), "), rank ", r,
-                  " expects ", expected, " (its output_split_sizes ", split_list(splits(r, 1)), ")");
+      if (sent != expected)
+        return c10::str("disc: all_to_all split sizes disagree: rank ", s, " sends rank ", r, " ", sent,
+                        " rows (its input_split_sizes ", split_list(splits(s, 0)), "), rank ", r,
+                        " expects ", expected, " (its output_split_sizes ", split_list(splits(r, 1)),
+                        ")");
     }
+  return "";
+}
+
+// Every rank finds a disagreement (each compares all accounts); they meet
+// once more before raising it, so that none leaves while another still
+// reads the accounts (a peer's exit would fail it with "connection closed").
+[[noreturn]] void fail_together(const Group& g, const std::string& error) {
+  try {
+    g.transport->barrier()->wait();
+  } catch (const std::exception&) {
+    // a peer already gone: the error below says what went wrong
+  }
+  TORCH_CHECK(false, error);
 }
 
 // Every rank says what it is about to run; a rank that runs something else
@@ -118,13 +154,14 @@ void agree(Group& g, Kind kind, const Tensor& t, int64_t arg, at::IntArrayRef in
   static metrics::Named checks("dist.checks");
   ++checks;
   const bool rows = kind == Kind::kAllToAll;
-  const int64_t elements = rows && t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0) : t.numel();
+  const at::IntArrayRef shape = rows && t.dim() > 0 ? t.sizes().slice(1) : t.sizes();
   // One length for every kind, so that ranks running different kinds
   // still exchange their accounts and name the difference.
   std::vector<int64_t> account(kAccount + 2 * g.size, 0);
-  const int64_t head[kAccount] = {number, static_cast<int64_t>(kind), elements,
+  const int64_t head[kShapeAt] = {number, static_cast<int64_t>(kind), c10::multiply_integers(shape),
                                   static_cast<int64_t>(t.scalar_type()), arg};
-  std::copy(head, head + kAccount, account.begin());
+  std::copy(head, head + kShapeAt, account.begin());
+  put_shape(shape, account.data() + kShapeAt);
   std::copy(in_splits.begin(), in_splits.end(), account.begin() + kAccount);
   std::copy(out_splits.begin(), out_splits.end(), account.begin() + kAccount + g.size);
   Tensor mine = at::tensor(account, at::kLong);
@@ -136,12 +173,15 @@ void agree(Group& g, Kind kind, const Tensor& t, int64_t arg, at::IntArrayRef in
   finish(g.transport->allgather(out, in), what.c_str(), g);
   for (int r = 0; r < g.size; ++r) {
     if (at::equal(out[0][r].narrow(0, 0, kAccount), mine.narrow(0, 0, kAccount))) continue;
-    TORCH_CHECK(false, "disc: ranks disagree on the collectives of a process group: rank ", g.rank,
-                " runs ", describe(mine.data_ptr<int64_t>()), ", rank ", r, " runs ",
-                describe(out[0][r].data_ptr<int64_t>()),
-                ". Every rank must call the same collectives, with the same sizes, in the same order.");
+    fail_together(g, c10::str("disc: ranks disagree on the collectives of a process group: rank ", g.rank,
+                              " runs ", describe(mine.data_ptr<int64_t>()), ", rank ", r, " runs ",
+                              describe(out[0][r].data_ptr<int64_t>()),
+                              ". Every rank must call the same collectives, with the same shapes, in "
+                              "the same order."));
   }
-  if (rows) check_splits(g, out[0]);
+  if (!rows) return;
+  const std::string splits = splits_disagree(g, out[0]);
+  if (!splits.empty()) fail_together(g, splits);
 }
 
 c10d::ReduceOp reduce_op(int64_t op) { return c10d::ReduceOp(static_cast<RedOp>(op)); }

@@ -191,7 +191,7 @@ class DiscBackend final : public c10d::Backend {
     const RedOp op = checked_reduce_op(o.reduceOp, both, "reduce_scatter_tensor");
     at::NoGradGuard no_grad;
     Tensor r = record([&](const auto& after) {
-      return dist::reduce_scatter(in.reshape({size_, -1}), after, on_wire(op), id_);
+      return dist::reduce_scatter(in.reshape(per_rank(out.sizes())), after, on_wire(op), id_);
     });
     out.copy_((op == RedOp::AVG ? r / size_ : r).view(out.sizes()));
     return done({out}, c10d::OpType::_REDUCE_SCATTER_BASE);
@@ -237,14 +237,14 @@ class DiscBackend final : public c10d::Backend {
       TORCH_CHECK(ins.size() == 1 && static_cast<int>(ins[0].size()) == size_,
                   "disc: dist.scatter needs ", size_, " input tensors (one per rank) on the source rank");
       TORCH_CHECK(!on_host(ins[0], "scatter"), "disc: dist.scatter into disc tensors needs disc inputs");
-      std::vector<Tensor> flat;
+      std::vector<Tensor> shaped;
       for (const Tensor& t : ins[0]) {
         check_numel(t, out.numel(), "scatter");
-        flat.push_back(t.reshape({-1}));
+        shaped.push_back(t.reshape(out.sizes()));
       }
-      rows = at::stack(flat);
+      rows = at::stack(shaped);
     } else {
-      rows = at::zeros({size_, out.numel()}, out.options());
+      rows = at::zeros(per_rank(out.sizes()), out.options());
     }
     Tensor r = record([&](const auto& after) { return dist::scatter(rows, after, o.rootRank, id_); });
     out.copy_(r.view(out.sizes()));
@@ -258,7 +258,7 @@ class DiscBackend final : public c10d::Backend {
     check_root(o.rootRank, "gather");
     at::NoGradGuard no_grad;
     Tensor rows = record(
-        [&](const auto& after) { return dist::gather(ins[0].reshape({1, -1}), after, o.rootRank, id_); });
+        [&](const auto& after) { return dist::gather(ins[0].unsqueeze(0), after, o.rootRank, id_); });
     // The other ranks read nothing of the gather's result, so no later read
     // of theirs would run it while the root waits: it runs now, everywhere.
     run_recorded("dist_gather");
@@ -360,10 +360,17 @@ class DiscBackend final : public c10d::Backend {
     return r;
   }
 
-  // Every rank's `in` as one row of a [size, numel] tensor, recorded.
+  // Every rank's `in` as row r of a [size, in's shape...] tensor, recorded.
   Tensor gathered_rows(const Tensor& in) {
-    return record(
-        [&](const auto& after) { return dist::all_gather(in.reshape({1, -1}), after, id_); });
+    return record([&](const auto& after) { return dist::all_gather(in.unsqueeze(0), after, id_); });
+  }
+
+  // [size, each rank's shape...]: the collectives' inputs keep the caller's
+  // shape, which the ranks' agreement check compares.
+  std::vector<int64_t> per_rank(at::IntArrayRef shape) const {
+    std::vector<int64_t> sizes{size_};
+    sizes.insert(sizes.end(), shape.begin(), shape.end());
+    return sizes;
   }
 
   // The operator the transport runs: Gloo has no AVG, so the sum, divided

@@ -288,13 +288,20 @@ def _rank_dies(rank, world, args):
 
 
 def _mismatch(rank, world, args):
-    """Rank 0 all-reduces, the others broadcast: every rank must fail."""
+    """Rank 0 all-reduces, the others broadcast (``args["shapes"]``: all
+    all-gather 32 elements, rank 0 as [4, 8], the others as [8, 4]): every
+    rank must fail."""
     import torch
     import torch.distributed as dist
 
     t = torch.ones(7, device="disc")
     try:
-        if rank == 0:
+        if args.get("shapes"):
+            t = torch.ones((4, 8) if rank == 0 else (8, 4), device="disc")
+            out = torch.empty(world, *t.shape, device="disc")
+            dist.all_gather_into_tensor(out, t)
+            out.cpu()
+        elif rank == 0:
             dist.all_reduce(t)
         else:
             dist.broadcast(t, src=0)

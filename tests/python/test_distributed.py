@@ -195,6 +195,15 @@ def test_ranks_calling_different_collectives_fail_not_hang():
         assert "broadcast (root 0) of 7 Float elements" in result["error"]
 
 
+def test_ranks_sending_other_shapes_fail_naming_both():
+    """Equal element counts, other shapes: a [4, 8] block is no [8, 4] one."""
+    for status, result in launch("mismatch", 2, {"timeout": 30, "shapes": True}, timeout=120):
+        assert status == "ok", result
+        assert result["error"] is not None and "ranks disagree" in result["error"]
+        assert "all_gather of 32 Float elements shaped [1, 4, 8]" in result["error"]
+        assert "all_gather of 32 Float elements shaped [1, 8, 4]" in result["error"]
+
+
 def test_bad_collective_inputs_give_clear_errors():
     [result] = ok(launch("bad_inputs", 1))
     errors = result["errors"]
