@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "lazy_backend/base/graph_worker.h"
 #include "lazy_backend/base/metrics.h"
 #include "lazy_backend/dist/collective_ops.h"
 #include "lazy_backend/dist/collectives.h"
@@ -109,7 +110,20 @@ class DiscBackend final : public c10d::Backend {
     group_->size = size;
     id_ = register_group(group_);
   }
-  ~DiscBackend() override { unregister_group(id_); }
+  // destroy_process_group: the group's recorded collectives run, and the
+  // graphs in flight finish, before the group goes. A peer may be waiting
+  // in a collective this rank recorded but never read (the copies a full
+  // state dict gathers on ranks other than 0), and a graph still running
+  // (the step a loss.item() returned early from) needs the group.
+  void shutdown() override { drain(); }
+  ~DiscBackend() override {
+    try {
+      drain();
+    } catch (const std::exception& e) {
+      TORCH_WARN("disc: the process group's last collectives failed as it was destroyed: ", e.what());
+    }
+    unregister_group(id_);
+  }
 
   const std::string getBackendName() const override { return "disc"; }
 
@@ -398,6 +412,12 @@ class DiscBackend final : public c10d::Backend {
     disc::wait();
   }
 
+  void drain() {
+    if (drained_ || on_graph_worker()) return;  // the worker cannot wait for itself
+    drained_ = true;
+    run_recorded("dist_shutdown");
+  }
+
   RedOp checked_reduce_op(const c10d::ReduceOp& r, at::ArrayRef<Tensor> ts, const char* what) const {
     const RedOp op = r.op_;
     TORCH_CHECK(op != RedOp::PREMUL_SUM, "disc: dist.", what, " does not support ReduceOp.PREMUL_SUM");
@@ -451,6 +471,7 @@ class DiscBackend final : public c10d::Backend {
   int64_t id_ = 0;
   std::mutex mu_;
   std::optional<Tensor> last_;
+  bool drained_ = false;
 };
 
 }  // namespace

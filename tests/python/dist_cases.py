@@ -311,6 +311,23 @@ def _mismatch(rank, world, args):
     return {"error": None}
 
 
+def _leave_with_pending(rank, world, args):
+    """Rank 1 all-gathers and drops the result unread; both all-reduce a
+    tensor they read only after destroy_process_group, which must run the
+    group's recorded collectives first (rank 0 reads its gather)."""
+    import torch
+    import torch.distributed as dist
+
+    gathered = torch.empty(2 * world, device="disc")
+    dist.all_gather_into_tensor(gathered, torch.full((2,), float(rank), device="disc"))
+    if rank != 0:
+        del gathered
+    t = torch.full((3,), float(rank + 1), device="disc")
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return {"reduced": t.cpu().tolist(), "gathered": gathered.cpu().tolist() if rank == 0 else None}
+
+
 def _bad_inputs(rank, world, args):
     """Collectives the disc backend refuses, with the error each gives."""
     import torch
@@ -518,7 +535,8 @@ def _fsdp_tp_train(rank, world, args):
 
 
 CASES = {"collectives": _collectives, "ddp_train": _ddp_train, "rank_dies": _rank_dies,
-         "mismatch": _mismatch, "bad_inputs": _bad_inputs, "fsdp2_train": _fsdp2_train,
+         "mismatch": _mismatch, "leave_with_pending": _leave_with_pending,
+         "bad_inputs": _bad_inputs, "fsdp2_train": _fsdp2_train,
          "fsdp2_checkpoint": _fsdp2_checkpoint, "tp_train": _tp_train,
          "fsdp_tp_train": _fsdp_tp_train}
 

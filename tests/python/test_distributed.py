@@ -204,6 +204,14 @@ def test_ranks_sending_other_shapes_fail_naming_both():
         assert "all_gather of 32 Float elements shaped [1, 8, 4]" in result["error"]
 
 
+def test_destroying_the_group_runs_its_recorded_collectives_first():
+    world = 2
+    results = ok(launch("leave_with_pending", world, {"timeout": 30}, timeout=120))
+    for r in results:
+        assert r["reduced"] == [3.0, 3.0, 3.0]
+    assert results[0]["gathered"] == [0.0, 0.0, 1.0, 1.0]
+
+
 def test_bad_collective_inputs_give_clear_errors():
     [result] = ok(launch("bad_inputs", 1))
     errors = result["errors"]
