@@ -324,3 +324,12 @@ def test_a_bf16_autocast_training_step_runs_the_fused_kernel(attention_option):
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-6)
 
+
+
+def test_the_attention_benchmark_runs_every_mode():
+    from benchmarks import attention
+    result = attention.main(["--quick", "--dtype", "bfloat16"])
+    (row,) = result["rows"]
+    assert row["dtype"] == "bfloat16"
+    for mode in attention.MODES:
+        assert row[mode]["ms"] > 0 and row[mode]["rss_mb"] >= 0
