@@ -131,11 +131,13 @@ def moe_loss_expert_parallel(model, x, target, rank, world):
     received = torch.empty_like(counts)
     dist.all_to_all_single(received, counts)
     counts, received = counts.view(world, local), received.view(world, local)
-    sends, receives = counts.sum(1).tolist(), received.sum(1).tolist()
+    # One host read for both split lists (and the per-expert counts).
+    sends, receives = torch.stack([counts.sum(1), received.sum(1)]).tolist()
+    received = received.cpu()
     rows = all_to_all_single(torch.empty(sum(receives), HIDDEN, device=x.device), x[order],
                              receives, sends)
     pieces, start = [], 0
-    for s, n in enumerate(received.tolist()):
+    for n in received.tolist():
         for e, k in enumerate(n):
             pieces.append(model.expert(rank * local + e, rows[start:start + k]))
             start += k
