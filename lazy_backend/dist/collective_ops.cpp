@@ -88,9 +88,9 @@ std::string describe(const int64_t* s) {
                                          : std::string("");
   const bool rows = s[1] == static_cast<int64_t>(Kind::kAllToAll);
   return std::string(kind_name(s[1])) + (arg.empty() ? "" : " (" + arg + ")") + " of " +
-         std::to_string(s[2]) + " " + std::string(c10::toString(static_cast<at::ScalarType>(s[3]))) +
-         " elements " + (rows ? "a row, rows of " : "shaped ") + shape_of(s + kShapeAt) +
-         ", as collective #" + std::to_string(s[0]);
+         (rows ? "rows of " : "") + std::to_string(s[2]) + " " +
+         std::string(c10::toString(static_cast<at::ScalarType>(s[3]))) + " elements shaped " +
+         shape_of(s + kShapeAt) + ", as collective #" + std::to_string(s[0]);
 }
 
 // Waits for the transport's work; its error names the collective.
