@@ -17,11 +17,12 @@
 //
 // Hk divides H: grouped-query attention (SDPA's enable_gqa), query head h
 // reads key and value head h / (H / Hk), and the gradients of a key head
-// sum over its group. The mask is floating (added) or bool (false: masked), broadcast to
-// [B, H, Lq, Lk]. bf16 and f16 inputs are computed as SDPA's math path
-// computes them on the CPU: widened to float32 on entry, the outputs rounded
-// once on exit (lse stays float32, as ATen's flash kernel keeps it). `seed` is an int64 CPU scalar: the key of the dropout
-// stream (runtime/philox.h), data to the graph, so a new seed never
+// sum over its group. The mask is floating (added) or bool (false:
+// masked), broadcast to [B, H, Lq, Lk]. bf16 and f16 inputs are computed as
+// SDPA's math path computes them on the CPU: widened to float32 on entry,
+// the outputs rounded once on exit (lse stays float32, as ATen's flash
+// kernel keeps it). `seed` is an int64 CPU scalar: the key of the dropout
+// stream (runtime/cpu/philox.h), data to the graph, so a new seed never
 // recompiles; it is also the forward's philox_seed, which autograd hands
 // the backward.
 #include <ATen/ATen.h>
