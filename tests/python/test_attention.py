@@ -263,6 +263,23 @@ def test_a_grouped_query_hugging_face_model_runs_the_fused_kernel():
         torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-5)
 
 
+def step_both_ways(cpu_model, loss_of):
+    """Under DISC_ATTENTION fused and cpu: a copy of ``cpu_model`` on disc,
+    ``loss_of(model)`` under one seed, and its backward. By mode: the loss,
+    the gradients (on the CPU) and the text of the gradients' graph."""
+    results = {}
+    for mode in ("fused", "cpu"):
+        torch_disc.options.set("DISC_ATTENTION", mode)
+        model = copy.deepcopy(cpu_model).to("disc")
+        torch.manual_seed(7)
+        loss = loss_of(model)
+        loss.backward()
+        grads = [p.grad for p in model.parameters()]
+        text = torch_disc.graph_text(*grads)
+        results[mode] = (loss.item(), [g.cpu() for g in grads], text)
+    return results
+
+
 def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
     """GPT-2 with attention dropout: one fused call per layer each way, and
     the loss and gradients of the composite under the same seed."""
@@ -272,16 +289,8 @@ def test_a_hugging_face_training_step_runs_the_fused_kernel(attention_option):
     torch.manual_seed(0)
     cpu_model = transformers.GPT2LMHeadModel(config).train()
     ids = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(3))
-    results = {}
-    for mode in ("fused", "cpu"):
-        torch_disc.options.set("DISC_ATTENTION", mode)
-        model = copy.deepcopy(cpu_model).to("disc")
-        torch.manual_seed(7)
-        loss = model(input_ids=ids.to("disc"), labels=ids.to("disc")).loss
-        loss.backward()
-        grads = [p.grad for p in model.parameters()]
-        text = torch_disc.graph_text(*grads)
-        results[mode] = (loss.item(), [g.cpu() for g in grads], text)
+    results = step_both_ways(
+        cpu_model, lambda model: model(input_ids=ids.to("disc"), labels=ids.to("disc")).loss)
     loss, grads, text = results["fused"]
     assert text.count(FUSED) == text.count(FUSED_BACKWARD) == config.n_layer
     want_loss, want_grads, _ = results["cpu"]
@@ -304,18 +313,12 @@ def test_a_bf16_autocast_training_step_runs_the_fused_kernel(attention_option):
     ids = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(3))
     padding = torch.ones(2, 40, dtype=torch.long)
     padding[1, 30:] = 0
-    results = {}
-    for mode in ("fused", "cpu"):
-        torch_disc.options.set("DISC_ATTENTION", mode)
-        model = copy.deepcopy(cpu_model).to("disc")
-        torch.manual_seed(7)
+    def autocast_loss(model):
         with torch.autocast("disc", dtype=torch.bfloat16):
-            loss = model(input_ids=ids.to("disc"), attention_mask=padding.to("disc"),
+            return model(input_ids=ids.to("disc"), attention_mask=padding.to("disc"),
                          labels=torch.tensor([0, 1]).to("disc")).loss
-        loss.backward()
-        grads = [p.grad for p in model.parameters()]
-        text = torch_disc.graph_text(*grads)
-        results[mode] = (loss.item(), [g.cpu() for g in grads], text)
+
+    results = step_both_ways(cpu_model, autocast_loss)
     loss, grads, text = results["fused"]
     assert text.count(FUSED) == text.count(FUSED_BACKWARD) == config.num_hidden_layers
     want_loss, want_grads, composite = results["cpu"]
@@ -323,7 +326,6 @@ def test_a_bf16_autocast_training_step_runs_the_fused_kernel(attention_option):
     assert loss == pytest.approx(want_loss, rel=1e-3)
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-6)
-
 
 
 def test_the_attention_benchmark_runs_every_mode():
