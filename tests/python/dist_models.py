@@ -114,19 +114,27 @@ def tp_model():
     return nn.Sequential(nn.Linear(24, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def tp_losses(model, opt, device, steps):
+def mse_losses(model, opt, pairs, device):
+    """Per-step MSE losses of ``opt`` over the (x, y) ``pairs``."""
     import torch
 
-    g = torch.Generator().manual_seed(1)
     losses = []
-    for _ in range(steps):
-        x, y = torch.randn(16, 24, generator=g), torch.randn(16, 10, generator=g)
+    for x, y in pairs:
         loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def tp_losses(model, opt, device, steps):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    pairs = ((torch.randn(16, 24, generator=g), torch.randn(16, 10, generator=g))
+             for _ in range(steps))
+    return mse_losses(model, opt, pairs, device)
 
 
 def sp_model():
@@ -192,11 +200,4 @@ def sp_losses(model, device, steps):
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for x, y in sp_batches(steps):
-        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return mse_losses(model, opt, sp_batches(steps), device)

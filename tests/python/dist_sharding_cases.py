@@ -155,7 +155,7 @@ def _tp_checkpoint(rank, world, args):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
-    from tests.python.dist_models import sp_batches, sp_model
+    from tests.python.dist_models import mse_losses, sp_batches, sp_model
 
     mesh = init_device_mesh("disc", (world,))
     steps, stop = args["steps"], args["stop"]
@@ -169,19 +169,9 @@ def _tp_checkpoint(rank, world, args):
         model = parallelize_module(model.to("disc"), mesh, sequence_parallel_plan())
         return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-    def run(model, opt, part):
-        losses = []
-        for x, y in part:
-            loss = torch.nn.functional.mse_loss(model(x.to("disc")), y.to("disc"))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return losses
-
-    straight = run(*parallel(0), data)
+    straight = mse_losses(*parallel(0), data, "disc")
     model, opt = parallel(0)
-    first = run(model, opt, data[:stop])
+    first = mse_losses(model, opt, data[:stop], "disc")
     model_sd, optim_sd = get_state_dict(model, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args["path"])
     model, opt = parallel(5)
@@ -189,7 +179,7 @@ def _tp_checkpoint(rank, world, args):
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=args["path"])
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    resumed = first + run(model, opt, data[stop:])
+    resumed = first + mse_losses(model, opt, data[stop:], "disc")
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                  cpu_offload=True))
     x, y = data[0]
