@@ -118,3 +118,39 @@ def run_worker(cmd, cwd, timeout, env=None):
         out, _ = proc.communicate()
         return out, f"timed out after {timeout:g}s"
     return out, None if proc.returncode == 0 else worker_failure(proc.returncode, err)
+
+
+def run_ranks(module, world, tag, options, timeout, env=None):
+    """Runs ``world`` processes of ``python -m module --worker RANK WORLD
+    PORT TAG OUT *options`` on one free 127.0.0.1 port (Gloo over lo, one
+    OpenMP thread each); returns the JSON each wrote to its OUT, by rank, or
+    None when a rank failed or outlived ``timeout`` seconds (then killed)."""
+    import socket
+    import sys
+    import tempfile
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [os.path.join(tmp, f"{r}.json") for r in range(world)]
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", module, "--worker", str(r), str(world), str(port), tag, outs[r],
+             *options],
+            cwd=root, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+                           **(env or {})})
+            for r in range(world)]
+        for p in procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        ranks = []
+        for p, out in zip(procs, outs):
+            if p.returncode != 0 or not os.path.exists(out):
+                return None
+            with open(out) as f:
+                ranks.append(json.load(f))
+    return ranks

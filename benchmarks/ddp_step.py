@@ -16,14 +16,10 @@ Run from the repository root: ``python -m benchmarks.ddp_step``.
 """
 import argparse
 import json
-import os
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import cli
+
 BACKENDS = {"cpu": ("cpu", {}), "disc": ("disc", {"DISC_ASYNC": "1"}),
             "disc-sync": ("disc", {"DISC_ASYNC": "0"})}
 
@@ -76,26 +72,12 @@ def worker(rank, world, port, device, args, out):
 def measure(backend, world, args):
     """Samples/s of ``world`` processes on ``backend``."""
     device, env = BACKENDS[backend]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = [os.path.join(tmp, f"{r}.json") for r in range(world)]
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.ddp_step", "--worker", str(r), str(world), str(port),
-             device, outs[r], "--steps", str(args.steps), "--warmup", str(args.warmup),
-             "--batch-size", str(args.batch_size)],
-            cwd=ROOT, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **env})
-            for r in range(world)]
-        for p in procs:
-            p.wait(timeout=600)
-        seconds = []
-        for p, out in zip(procs, outs):
-            if p.returncode != 0 or not os.path.exists(out):
-                return None
-            with open(out) as f:
-                seconds.append(json.load(f)["seconds"])
-    return world * args.batch_size * args.steps / max(seconds)
+    ranks = cli.run_ranks("benchmarks.ddp_step", world, device,
+                          ["--steps", str(args.steps), "--warmup", str(args.warmup),
+                           "--batch-size", str(args.batch_size)], timeout=600, env=env)
+    if ranks is None:
+        return None
+    return world * args.batch_size * args.steps / max(r["seconds"] for r in ranks)
 
 
 def main(argv=None):

@@ -24,12 +24,8 @@ Run from the repository root: ``python -m benchmarks.sharded_step``.
 import argparse
 import json
 import os
-import socket
-import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 1 << 20
 
 
@@ -93,8 +89,7 @@ def worker(rank, world, port, mode, args, out):
     for _ in range(args.steps):
         step()
     # The loss arrives before the rest of its graph (the update, DDP's
-    # all-reduces): wait for all of it, for the time and before the process
-    # group goes.
+    # all-reduces): wait for all of it, for the time.
     torch_disc.wait()
     seconds = (time.perf_counter() - start) / args.steps
     with open(out, "w") as f:
@@ -107,32 +102,13 @@ def worker(rank, world, port, mode, args, out):
 def measure(mode, world, args):
     """The figures of ``world`` processes in ``mode``: the largest over the
     ranks, or None if a rank failed."""
-    import subprocess
+    from benchmarks import cli
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = [os.path.join(tmp, f"{r}.json") for r in range(world)]
-        options = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
-                   ("layers", "width", "vocab", "seq_len", "batch_size", "steps", "warmup")]
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.sharded_step", "--worker", str(r), str(world),
-             str(port), mode, outs[r], *options],
-            cwd=ROOT, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
-            for r in range(world)]
-        for p in procs:
-            try:
-                p.wait(timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        ranks = []
-        for p, out in zip(procs, outs):
-            if p.returncode != 0 or not os.path.exists(out):
-                return None
-            with open(out) as f:
-                ranks.append(json.load(f))
+    options = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
+               ("layers", "width", "vocab", "seq_len", "batch_size", "steps", "warmup")]
+    ranks = cli.run_ranks("benchmarks.sharded_step", world, mode, options, timeout=args.timeout)
+    if ranks is None:
+        return None
     return {key: max(r[key] for r in ranks) for key in ranks[0]}
 
 
