@@ -5,10 +5,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <list>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 #include "lazy_backend/base/metrics.h"
 #include "runtime/options.h"
@@ -71,12 +73,7 @@ class HostCache final : public c10::Allocator {
         const size_t size = it->second;
         live_.erase(it);
         in_use_ -= size;
-        if (idle_ + static_cast<int64_t>(size) <= idle_cap_bytes()) {
-          idle_blocks_[size].push_back(p);
-          idle_ += size;
-          return;
-        }
-        std::free(p);  // over the cap: the block goes back to the system
+        keep_idle(p, size);
         return;
       }
     }
@@ -88,31 +85,65 @@ class HostCache final : public c10::Allocator {
     HostCacheStats s;
     s.idle_bytes = idle_;
     s.in_use_bytes = in_use_;
-    for (const auto& [size, blocks] : idle_blocks_) s.idle_blocks += blocks.size();
+    s.idle_blocks = static_cast<int64_t>(by_age_.size());
     return s;
   }
 
   int64_t release() {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t freed = idle_;
-    for (auto& [size, blocks] : idle_blocks_)
-      for (void* p : blocks) std::free(p);
-    idle_blocks_.clear();
+    for (const Idle& b : by_age_) std::free(b.p);
+    by_age_.clear();
+    by_size_.clear();
     idle_ = 0;
     return freed;
   }
 
  private:
+  struct Idle {
+    void* p;
+    size_t size;
+  };
+  using Age = std::list<Idle>::iterator;
+
+  // The smallest idle block of at least `size` bytes and at most a quarter
+  // more: with changing sequence lengths a request rarely meets its exact
+  // class again, and a slightly larger block beats fresh pages.
   void* take(size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = idle_blocks_.find(size);
-    if (it == idle_blocks_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
+    auto it = by_size_.lower_bound(size);
+    if (it == by_size_.end() || it->first > size + size / 4) return nullptr;
+    const Age age = it->second.back();  // the most recently freed of its class
     it->second.pop_back();
-    idle_ -= size;
-    live_[p] = size;
-    in_use_ += size;
+    if (it->second.empty()) by_size_.erase(it);
+    void* p = age->p;
+    const size_t block = age->size;
+    by_age_.erase(age);
+    idle_ -= block;
+    live_[p] = block;
+    in_use_ += block;
     return p;
+  }
+
+  // Keeps a freed block, making room under the cap by freeing the blocks
+  // idle the longest: those of sizes the program no longer asks for (a
+  // length it saw once) go first, and the blocks the next step needs stay.
+  void keep_idle(void* p, size_t size) {
+    if (static_cast<int64_t>(size) > idle_cap_bytes()) return std::free(p);
+    while (idle_ + static_cast<int64_t>(size) > idle_cap_bytes()) free_oldest();
+    by_age_.push_back({p, size});
+    by_size_[size].push_back(std::prev(by_age_.end()));
+    idle_ += size;
+  }
+
+  void free_oldest() {
+    const Idle oldest = by_age_.front();
+    auto cls = by_size_.find(oldest.size);
+    cls->second.pop_front();  // a class's blocks are kept oldest first
+    if (cls->second.empty()) by_size_.erase(cls);
+    by_age_.pop_front();
+    idle_ -= oldest.size;
+    std::free(oldest.p);
   }
 
   void* fresh(size_t size) {
@@ -130,8 +161,9 @@ class HostCache final : public c10::Allocator {
 
   c10::Allocator* next_;
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> idle_blocks_;  // by size class
-  std::unordered_map<void*, size_t> live_;                      // handed out: its class
+  std::list<Idle> by_age_;                     // idle blocks, least recently freed first
+  std::map<size_t, std::deque<Age>> by_size_;  // the same blocks by size class
+  std::unordered_map<void*, size_t> live_;     // handed out: its class
   int64_t idle_ = 0, in_use_ = 0;
 };
 

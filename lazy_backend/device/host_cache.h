@@ -3,7 +3,9 @@
 // buffers every time (activations, grads, GEMM outputs); through malloc each
 // of them grows the heap, page-faults its pages in, and is trimmed back to
 // the OS when the step frees it -- about a tenth of a small MLP step. Blocks
-// cached here are handed out again by size class instead.
+// cached here are handed out again instead: one of the request's size class,
+// else the smallest at most a quarter larger. Over the cap of idle bytes,
+// the blocks idle longest are freed first.
 //
 // Only allocations made while an ExecutorAllocations scope is alive on the
 // calling thread (the compiled executor's run) and of at least 16 KiB come

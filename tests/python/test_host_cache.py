@@ -117,3 +117,54 @@ def test_a_bad_setting_is_named():
     bad = run_child(CHILD, DISC_HOST_CACHE_MB="lots")
     assert bad.returncode != 0
     assert "DISC_HOST_CACHE_MB" in bad.stderr and "lots" in bad.stderr
+
+
+EVICTION = """
+import torch, torch_disc
+MIB = 1 << 20
+
+def output_block(nbytes):
+    # One generated kernel writes a fresh output of nbytes; freeing it
+    # returns the block to the cache.
+    x = torch.ones(nbytes // 4).to("disc")
+    y = x * 2 + 1
+    torch_disc.sync()
+    return y
+
+def allocations(nbytes):
+    before = torch_disc.metrics.counters()
+    y = output_block(nbytes)
+    after = torch_disc.metrics.counters()
+    del y
+    return [after.get(k, 0) - before.get(k, 0) for k in ("host_cache.hits", "host_cache.misses")]
+
+sizes = (2 * MIB, 4 * MIB, 3 * MIB)
+for n in sizes:
+    allocations(n)  # compiles; the graph is the same for every size after
+torch.disc.empty_cache()
+for n in sizes:
+    allocations(n)  # the third does not fit beside the first two under 8 MiB
+stats = torch.disc.memory_stats()
+print("idle", stats["host_cache.idle_bytes"] // MIB, stats["host_cache.idle_blocks"])
+print("newest", *allocations(3 * MIB))
+print("oldest", *allocations(2 * MIB))
+print("smaller", *allocations(2 * MIB + 3 * MIB // 4))
+"""
+
+
+def test_over_the_cap_the_blocks_idle_longest_go_first():
+    """A step freeing a block that does not fit under the cap keeps it and
+    frees the block idle the longest (a size no longer asked for): keeping
+    the stale one instead made every step of a variable-length run miss and
+    fault in its largest buffer again. A request a little smaller than an
+    idle block takes it."""
+    out = run_child(EVICTION, DISC_HOST_CACHE_MB="8", DISC_PERSISTENT_CACHE="0")
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    # 2 MiB + 4 MiB idle, then 3 MiB freed: the 2 MiB block, idle the
+    # longest, made room.
+    assert lines["idle"] == "7 2", out.stdout
+    assert lines["newest"] == "1 0", out.stdout  # hits, misses
+    assert lines["oldest"] == "0 1", out.stdout
+    # 2.75 MiB: no block of its class; the 3 MiB one is at most a quarter larger.
+    assert lines["smaller"] == "1 0", out.stdout
