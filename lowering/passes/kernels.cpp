@@ -8,8 +8,12 @@
 // A lone element-wise op gains nothing from a kernel (ATen's is already
 // vectorized), unless its math outweighs its memory traffic: GELU's erf or
 // tanh, which the generated kernel computes at the host's full vector
-// width (ATen's CPU build dispatches AVX2 at most on some CPUs). A group the codegen declines is listed with its reason
-// (counted as codegen.declined, printed by DISC_DEBUG_COMPILE).
+// width (ATen's CPU build dispatches AVX2 at most on some CPUs). Or unless
+// ATen's kernel is slow: native_dropout_backward promotes the bool mask to
+// a float tensor and multiplies twice (1.17 ms for [8, 128, 384] on 2
+// threads of an AMD EPYC, where a mul takes 0.02). A group the codegen
+// declines is listed with its reason (counted as codegen.declined, printed
+// by DISC_DEBUG_COMPILE).
 #include "lowering/codegen/common/group_analysis.h"
 #include "lowering/passes/passes.h"
 
@@ -22,7 +26,7 @@ constexpr size_t kMinFusedLoopOps = 2;
 bool worth_a_kernel(const Program& p, const FusionGroup& g) {
   if (g.kind != FusionKind::kLoop || g.ops.size() >= kMinFusedLoopOps) return true;
   const Op op = op_of(p.ops[g.ops.front()].node->op);
-  return op == Op::kGelu || op == Op::kGeluBackward;
+  return op == Op::kGelu || op == Op::kGeluBackward || op == Op::kNativeDropoutBackward;
 }
 
 }  // namespace

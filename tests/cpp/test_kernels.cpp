@@ -39,6 +39,18 @@ TEST(Kernels, LoneElementwiseOpRunsOnItsOwnKernel) {
   EXPECT_TRUE(p.plan.declined.empty());
 }
 
+TEST(Kernels, LoneDropoutBackwardIsAKernel) {
+  // ATen's promotes the bool mask and multiplies twice: one pass is faster.
+  GraphBuilder b;
+  auto grad = b.param({64, 128}), mask = b.param({64, 128}, ir::DType::kBool);
+  auto d = b.op("aten::native_dropout_backward", {grad, mask}, {64, 128},
+                {ir::Attr::of_double(ir::Attr::Kind::kDouble, 1 / 0.9)});
+  Program p = compiled({d});
+  ASSERT_EQ(p.plan.kernels.size(), 1u);
+  EXPECT_EQ(p.plan.kernels[0].inputs.size(), 2u);
+  EXPECT_TRUE(p.plan.declined.empty());
+}
+
 TEST(Kernels, SoftmaxIsAStitchKernelWritingOneValuePerElement) {
   GraphBuilder b;
   auto x = b.param({8, 128});
