@@ -210,7 +210,11 @@ constexpr size_t kMaxSized = 1024;
 // 12.8M multiply-adds). Larger ones run as fast either way in isolation, and a
 // MiniLM training step (m = 8 x length, k, n = 384..1536) ran ~10% slower
 // with sized primitives; batched GEMMs (attention) keep the generic one too.
-// The choice depends on the sizes alone, so it is deterministic.
+// bf16 GEMMs are sized at every size: oneDNN 2.6's generic bf16 primitive is
+// its runtime-size JIT gemm, and the sized one its brgemm, 25% faster at
+// MiniLM's [1024 x 384] @ [384 x 1536] on an AMD EPYC with native bf16 (2
+// threads: 1.86 -> 1.41 ms), and 22% less GEMM time in its autocast step.
+// The choice depends on the dtype and sizes alone, so it is deterministic.
 constexpr int64_t kMaxSizedMacs = int64_t{1} << 24;
 
 std::atomic<uint64_t> sized_generation{0};  // bumped by clear_gemm_primitives
@@ -230,6 +234,11 @@ SizedCache& sized_cache() {
 }
 
 bool sizing() { return options::flag(options::Id::kGemmSized); }
+
+bool runs_sized(const Gemm& g) {
+  return sizing() && !g.batched &&
+         (g.type == GemmType::kBFloat16 || g.m * g.n * g.k <= kMaxSizedMacs);
+}
 
 std::unique_ptr<Sized> make_sized(const SizedKey& sk) {
   const Key& key = sk.key;
@@ -282,7 +291,7 @@ PrimitiveUse onednn_gemm(const Gemm& g) {
   dnnl::engine& eng = onednn_cpu_engine();
   dnnl::stream& stream = cpu_stream();
   bool created = false;
-  if (sizing() && !g.batched && g.m * g.n * g.k <= kMaxSizedMacs) {
+  if (runs_sized(g)) {
     Sized* s = sized_primitive({key, g.m, g.n, g.k, g.threads}, &created);
     s->a.set_data_handle(const_cast<void*>(g.a.data));
     s->b.set_data_handle(const_cast<void*>(g.b.data));

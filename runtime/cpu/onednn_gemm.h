@@ -7,9 +7,9 @@
 // every size: m, n, k and the batch are runtime values, so it is cached only
 // by what changes the generated code (rank, which operand is transposed,
 // bias, post-op) and a new batch size compiles nothing in it. By default,
-// though, a small unbatched GEMM (at most 2^24 multiply-adds) runs a
-// primitive made for its exact sizes from their first call (per thread),
-// which is faster for it (see onednn_gemm.cpp);
+// though, a small unbatched GEMM (at most 2^24 multiply-adds), and every
+// unbatched bf16 one, runs a primitive made for its exact sizes from their
+// first call (per thread), which is faster for it (see onednn_gemm.cpp);
 // DISC_GEMM_SIZED=0 or set_sized_gemms(false) runs the generic one.
 #pragma once
 #include <cstdint>
