@@ -6,7 +6,9 @@
 
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "lazy_backend/base/graph_worker.h"
 #include "lazy_backend/base/metrics.h"
@@ -121,12 +123,21 @@ py::object option_value(const options::Info& o) {
 
 // Changes option `id` by `change` with what a change of it implies: the
 // graph worker finishes before DISC_ASYNC changes, graphs compiled under
-// the old value are dropped (kCompile), packed weights go with
+// other values of the compile options are dropped, packed weights go with
 // DISC_PREPACK. Every in-process setter goes through here.
+// The values of the options graphs are compiled under.
+std::vector<std::string> compile_options() {
+  std::vector<std::string> values;
+  for (const options::Info& o : options::all())
+    if (o.effect == options::Effect::kCompile) values.push_back(options::text(o.id));
+  return values;
+}
+
 void change_option(options::Id id, const std::function<void()>& change) {
   if (id == options::Id::kAsync) wait_for_worker();
-  change();
-  if (options::info(id).effect == options::Effect::kCompile) clear_compile_cache();
+  const std::vector<std::string> before = compile_options();
+  change();  // may set more than `id` (set_gemm_merge)
+  if (compile_options() != before) clear_compile_cache();
   if (id == options::Id::kPrepack) clear_packed_weights();
 }
 
