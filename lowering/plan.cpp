@@ -53,6 +53,7 @@ void print_library_call(std::ostream& os, uint32_t op, const LibraryCall& c) {
   if (c.kind == LibraryCall::Kind::kConv && !c.declined) os << (c.nhwc ? ", nhwc" : ", nchw");
   if (c.weight_param >= 0) os << ", weight %" << c.weight_param << (c.weight_reused ? " (reused)" : "");
   if (c.own_buffer) os << ", own buffer";
+  if (c.kind == LibraryCall::Kind::kAttention) os << ", " << describe(c.attention);
   os << "\n";
 }
 
@@ -100,6 +101,27 @@ const char* library_call_kind_name(LibraryCall::Kind k) {
     case LibraryCall::Kind::kGemm: return "gemm";
     case LibraryCall::Kind::kConv: return "conv";
     case LibraryCall::Kind::kEpilogue: return "epilogue";
+    case LibraryCall::Kind::kAttention: return "attention";
+  }
+  return "?";
+}
+
+std::string describe(const AttentionCall& a) {
+  std::ostringstream os;
+  os << "scores %" << a.scores << ", scale " << attention_scale_name(a.scale);
+  if (a.scale == AttentionCall::Scale::kMulConstant || a.scale == AttentionCall::Scale::kDivConstant)
+    os << " " << a.constant;
+  os << (a.mask ? ", mask" : ", no mask") << (a.nan_when_all_masked ? "" : ", safe softmax");
+  return os.str();
+}
+
+const char* attention_scale_name(AttentionCall::Scale s) {
+  switch (s) {
+    case AttentionCall::Scale::kNone: return "none";
+    case AttentionCall::Scale::kMulTensor: return "mul tensor";
+    case AttentionCall::Scale::kDivTensor: return "div tensor";
+    case AttentionCall::Scale::kMulConstant: return "mul";
+    case AttentionCall::Scale::kDivConstant: return "div";
   }
   return "?";
 }

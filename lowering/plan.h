@@ -86,14 +86,34 @@ struct DeclinedGroup {
 enum class Activation : uint8_t { kNone, kRelu, kGelu };
 const char* activation_name(Activation a);
 
+// Attention written out by hand, found by the attention-pattern pass:
+//   probs = _softmax(bmm(q, k^T) viewed [B, H, Lq, Lk] (* or / scale) (+ mask))
+//   out = bmm(probs viewed [B * H, Lq, Lk], v)
+// The second bmm runs as one fused attention call (runtime/cpu/attention.h)
+// on its rewired inputs: q [B*H, Lq, D], k^T [B*H, D, Lk], v [B*H, Lk, Dv],
+// then the scale if it is a tensor, then the mask if there is one.
+struct AttentionCall {
+  enum class Scale : uint8_t { kNone, kMulTensor, kDivTensor, kMulConstant, kDivConstant };
+  uint32_t scores = 0;  // the softmax op: its [B, H, Lq, Lk] sizes in a run give B and H
+  Scale scale = Scale::kNone;
+  double constant = 1.0;  // kMulConstant / kDivConstant
+  bool mask = false;      // an additive float mask, broadcast to [B, H, Lq, Lk]
+  // _softmax makes a row whose every score is -inf NaN; _safe_softmax, 0.
+  bool nan_when_all_masked = true;
+};
+const char* attention_scale_name(AttentionCall::Scale s);
+std::string describe(const AttentionCall& a);  // "scores %9, scale mul tensor, mask"
+
 // How a library op runs (library-calls).
 struct LibraryCall {
   enum class Kind : uint8_t {
-    kGemm,      // mm / addmm / bmm: the GEMM library where it takes the operands
-    kConv,      // convolution / convolution_backward: the convolution library
-    kEpilogue,  // an activation its GEMM or convolution already applied: passes its input on
+    kGemm,       // mm / addmm / bmm: the GEMM library where it takes the operands
+    kConv,       // convolution / convolution_backward: the convolution library
+    kEpilogue,   // an activation its GEMM or convolution already applied: passes its input on
+    kAttention,  // a bmm that is the end of a hand-written attention: one fused call
   };
   Kind kind = Kind::kGemm;
+  AttentionCall attention;  // kAttention
   // kGemm: the activation epilogue to apply (relu or gelu); kConv: relu only.
   Activation act = Activation::kNone;
   // kConv: runs on NHWC activations (else NCHW ones, which the library

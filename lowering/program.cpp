@@ -1,5 +1,6 @@
 #include "lowering/program.h"
 
+#include <functional>
 #include <sstream>
 
 #include "lowering/ir/hash.h"
@@ -103,6 +104,10 @@ uint64_t Program::signature() const {
     h = hash_mix(h, c.rhs.size());
     for (uint32_t s : c.rhs) h = hash_mix(h, s);
   }
+  for (const AttentionCall& a : attentions) {
+    h = hash_mix(hash_mix(h, 0xa77e + a.scores), static_cast<uint64_t>(a.scale));
+    h = hash_mix(hash_mix(h, std::hash<double>{}(a.constant)), a.mask * 2 + a.nan_when_all_masked);
+  }
   for (const GemmGroup& g : gemm_groups) {
     h = hash_mix(h, 0x9e44 + static_cast<uint64_t>(g.kind));
     h = hash_mix(h, g.ops.size());
@@ -139,6 +144,7 @@ std::string Program::to_string() const {
     if (op.group >= 0) os << "  group " << op.group;
     if (op.epilogue_of >= 0) os << "  epilogue of %" << op.epilogue_of;
     if (op.gemm_group >= 0) os << "  gemm group " << op.gemm_group;
+    if (op.attention >= 0) os << "  attention " << op.attention;
     os << "\n";
   }
   os << "  return (";
@@ -155,6 +161,7 @@ std::string Program::to_string() const {
     for (uint32_t o : gemm_groups[g].ops) os << " %" << o;
     os << "\n";
   }
+  for (size_t a = 0; a < attentions.size(); ++a) os << "  attention " << a << ": " << describe(attentions[a]) << "\n";
   for (const ProductConstraint& c : products) {
     os << "  product";
     for (uint32_t s : c.lhs) os << " s" << s;

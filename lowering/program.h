@@ -37,6 +37,9 @@ struct ProgramOp {
   int32_t epilogue_of = -1;
   // The merged GEMM (Program::gemm_groups) this op runs inside, or -1.
   int32_t gemm_group = -1;
+  // The hand-written attention (Program::attentions) this bmm computes as
+  // one fused call, or -1 (the attention-pattern pass).
+  int32_t attention = -1;
   // Symbol of each output dim (shape constraints); symbol 0 means "size 1".
   std::vector<std::vector<uint32_t>> dims;
 };
@@ -73,6 +76,7 @@ struct Program {
   std::vector<ProductConstraint> products;
   std::vector<FusionGroup> groups;
   std::vector<GemmGroup> gemm_groups;
+  std::vector<AttentionCall> attentions;
   ExecutionPlan plan;  // the plan passes' result (plan.h)
   Target target = Target::kCpu;  // whose code codegen writes
 

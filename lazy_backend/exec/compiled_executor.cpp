@@ -198,6 +198,8 @@ class CompiledExecutable final : public Executable {
   std::string step_label(size_t s, const ir::Graph& g) const {
     const lowering::Step& step = plan_.steps[s];
     if (step.kind == lowering::Step::Kind::kKernel) return "fused." + kernels_[step.kernel].spec.name;
+    if (step.kind == lowering::Step::Kind::kLibrary && program_.ops[step.op].attention >= 0)
+      return "library.attention";  // a hand-written attention, not its bmm
     const char* how = step.kind == lowering::Step::Kind::kParam       ? "param."
                       : step.kind == lowering::Step::Kind::kGemmGroup ? "gemm_group."
                       : step.kind == lowering::Step::Kind::kLibrary   ? "library."

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "lazy_backend/base/metrics.h"
+#include "lazy_backend/exec/attention_call.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/prepack.h"
 #include "lazy_backend/exec/replay.h"
@@ -238,6 +239,10 @@ std::vector<at::Tensor> run_library_call(const LibraryCall& call, const ir::Node
   ++launched;
   ++library;
   if (call.kind == LibraryCall::Kind::kConv) return run_conv_call(call, n, std::move(ins), aten);
+  if (call.kind == LibraryCall::Kind::kAttention) {
+    TORCH_INTERNAL_ASSERT(g, "disc: an attention call needs the graph it runs in");
+    return {run_attention_call(call.attention, std::move(ins), *g)};
+  }
   const Gemm kind = gemm_kind(n.op);
   const runtime::Activation act = onednn_activation(call.act);
   const char* why = aten_reason(kind, n, ins);

@@ -31,6 +31,8 @@
 
 #include <cmath>
 
+#include "lazy_backend/trace/attention_ops.h"
+
 #include "lazy_backend/device/rng.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/philox.h"
@@ -94,7 +96,7 @@ Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional
   h.scale = static_cast<float>(scale);
   h.causal = is_causal;
   h.dropout_p = static_cast<float>(dropout_p);
-  h.seed = static_cast<uint64_t>(seed.item<int64_t>());
+  h.seed = seed.defined() ? static_cast<uint64_t>(seed.item<int64_t>()) : 0;
   hs.count = q.size(0) * q.size(1), hs.heads = q.size(1), hs.group = q.size(1) / k.size(1);
   if (mask && mask->defined()) {
     const Tensor m = mask->scalar_type() == at::kBool ? *mask : mask->to(at::kFloat);
@@ -105,12 +107,13 @@ Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional
   return hs;
 }
 
-std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                         const optional<Tensor>& mask, double dropout_p,
-                                         bool is_causal, double scale, const Tensor& seed) {
+std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                   const optional<Tensor>& mask, double dropout_p, bool is_causal,
+                                   double scale, const Tensor& seed, bool nan_when_all_masked) {
   check_inputs(q_in, k_in, v_in, mask);
   const Tensor q = widened(q_in), k = widened(k_in), v = widened(v_in);
-  const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
+  Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
+  hs.head.nan_when_all_masked = nan_when_all_masked;
   const runtime::AttentionHead& h = hs.head;
   Tensor out = at::empty({q.size(0), q.size(1), h.lq, h.dv}, q.options());
   Tensor lse = at::empty({q.size(0), q.size(1), h.lq}, q.options());
@@ -122,6 +125,12 @@ std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q_in, const Tensor& k_in,
                                  vp + hs.kv(bh) * h.lk * h.dv, op + bh * h.lq * h.dv, lp + bh * h.lq);
   });
   return {out.to(q_in.scalar_type()), lse};
+}
+
+std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const optional<Tensor>& mask, double dropout_p,
+                                         bool is_causal, double scale, const Tensor& seed) {
+  return forward(q, k, v, mask, dropout_p, is_causal, scale, seed, false);
 }
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
@@ -241,6 +250,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(fused_attention));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(fused_attention_backward));
+}
+
+Tensor attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const optional<Tensor>& mask, double scale, bool nan_when_all_masked) {
+  return std::get<0>(forward(q, k, v, mask, 0.0, false, scale, Tensor(), nan_when_all_masked));
 }
 
 }  // namespace disc

@@ -58,7 +58,10 @@ bool needs_own_buffer(const Program& p, uint32_t m, const ProgramOp& user) {
 LibraryCall call_for(const Program& p, uint32_t i) {
   const ProgramOp& op = p.ops[i];
   LibraryCall call;
-  if (is_gemm(op.node->op)) {
+  if (op.attention >= 0) {
+    call.kind = LibraryCall::Kind::kAttention;
+    call.attention = p.attentions[op.attention];
+  } else if (is_gemm(op.node->op)) {
     call.kind = LibraryCall::Kind::kGemm;
     call.weight_param = weight_param_of(p, i);
   } else if (is_convolution(op.node->op)) {

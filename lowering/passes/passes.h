@@ -16,6 +16,9 @@ void fold(Program& p);
 void canonicalize(Program& p);
 // Gives every dim a symbol; equal symbols are equal sizes for any binding.
 void shape_constraints(Program& p);
+// Runs hand-written attention (bmm, scale, mask, softmax, bmm) whose scores
+// nothing else reads as one fused attention call.
+void fuse_attention(Program& p);
 // Marks a relu on a GEMM's only use as that library call's epilogue.
 void library_epilogue(Program& p);
 // Merges float32 GEMMs that share an operand (and, when enabled, independent

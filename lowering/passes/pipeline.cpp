@@ -25,6 +25,7 @@ constexpr Pass kPipeline[] = {
     {"fold", fold, "ops that cancel read the original, view chains their source; DCE next"},
     {"canonicalize", canonicalize, "CSE + DCE: fusion must see each value once"},
     {"shape-constraints", shape_constraints, "symbolic dims decide fusion legality"},
+    {"attention-pattern", fuse_attention, "hand-written attention is one fused call; symbols decide it"},
     {"library-epilogue", library_epilogue, "relu after a GEMM / conv is a oneDNN post-op, not a kernel"},
     {"gemm-merge", gemm_merge, "GEMMs sharing an operand are one library call"},
     {"fusion-plan", plan_fusion, "kLoop / kInput / kStitch kernels, library calls"},

@@ -239,7 +239,7 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, const float* q, const
       scores_row(h, i, s, n);
       const float mx = max_of(s, n);
       if (mx == -kInf) {  // every score masked
-        std::fill(s, s + n, 0.f);
+        std::fill(s, s + n, h.nan_when_all_masked ? std::numeric_limits<float>::quiet_NaN() : 0.f);
         lse[i] = kInf;
         continue;
       }

@@ -36,6 +36,9 @@ struct AttentionHead {
   uint64_t seed = 0;
   int64_t stream_offset = 0;
   AttentionMask mask;
+  // A row whose every score is masked: 0 (as _safe_softmax and SDPA give),
+  // or NaN (as _softmax gives, for hand-written attention); forward only.
+  bool nan_when_all_masked = false;
 };
 
 // q [lq, d], k [lk, d], v [lk, dv], dense row-major. Writes o [lq, dv] and

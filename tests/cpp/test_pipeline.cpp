@@ -12,7 +12,7 @@ using disc::testing::GraphBuilder;
 
 TEST(Pipeline, PassesRunInTheDocumentedOrder) {
   EXPECT_EQ(lowering::pass_names(),
-            (std::vector<std::string>{"verify", "fold", "canonicalize", "shape-constraints",
+            (std::vector<std::string>{"verify", "fold", "canonicalize", "shape-constraints", "attention-pattern",
                                       "library-epilogue", "gemm-merge", "fusion-plan", "verify-plan",
                                       "kernels", "layout-plan", "library-calls", "schedule",
                                       "buffer-plan", "publish-plan", "codegen"}));

@@ -1,0 +1,99 @@
+"""Hand-written attention (lowering/passes/attention_pattern.cpp): q @ k^T,
+scaled, masked, softmax, @ v runs as one fused attention call where nothing
+else reads the scores: a Hugging Face model in eager attention mode, in
+inference. Results match CPU eager; training and output_attentions keep the
+ops as written."""
+import pytest
+import torch
+
+import torch_disc
+
+transformers = pytest.importorskip("transformers")
+
+LAYERS = 2
+
+
+def bert(**overrides):
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=100,
+                                  attn_implementation="eager", **overrides)
+    return transformers.BertModel(cfg)
+
+
+def batch(rows, length, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 100, (rows, length), generator=g)
+    mask = torch.ones(rows, length, dtype=torch.long)
+    mask[1, length // 2:] = 0  # a padded row
+    return ids, mask
+
+
+def delta(before):
+    after = torch_disc.metrics.counters()
+    return lambda k: after.get(k, 0) - before.get(k, 0)
+
+
+def test_eager_bert_inference_runs_one_fused_call_per_layer():
+    model = bert().eval()
+    disc_model = bert().eval().to("disc")
+    for rows, length in ((3, 9), (5, 13)):  # a new size compiles nothing
+        ids, mask = batch(rows, length)
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            before = torch_disc.metrics.counters()
+            got = disc_model(input_ids=ids.to("disc"), attention_mask=mask.to("disc")).last_hidden_state.cpu()
+        d = delta(before)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert d("library.attention") == LAYERS
+        assert d("fallbacks") == 0
+        if length == 13:
+            assert d("compiles") == 0
+
+
+def test_scores_read_elsewhere_keep_the_ops():
+    model = bert().eval()
+    disc_model = bert().eval().to("disc")
+    ids, mask = batch(3, 9)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        before = torch_disc.metrics.counters()
+        got = disc_model(input_ids=ids.to("disc"), attention_mask=mask.to("disc"), output_attentions=True)
+        got_probs = [a.cpu() for a in got.attentions]
+    assert delta(before)("library.attention") == 0
+    for a, b in zip(got_probs, expected.attentions):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_training_keeps_the_probabilities_for_the_backward():
+    model = bert(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
+    disc_model = bert(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train().to("disc")
+    ids, mask = batch(3, 9)
+    model(input_ids=ids, attention_mask=mask).last_hidden_state.square().mean().backward()
+    before = torch_disc.metrics.counters()
+    disc_model(input_ids=ids.to("disc"), attention_mask=mask.to("disc")).last_hidden_state.square().mean().backward()
+    grads = {n: p.grad.cpu() for n, p in disc_model.named_parameters() if p.grad is not None}
+    assert delta(before)("library.attention") == 0
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6)
+
+
+def attention_by_hand(q, k, v, mask, scale):
+    scores = torch.matmul(q, k.transpose(-1, -2)) / scale + mask
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def test_a_row_masked_everywhere_is_nan_as_softmax_makes_it():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 8) for _ in range(3))
+    mask = torch.zeros(2, 1, 4, 4)
+    mask[1, 0, 2] = float("-inf")  # query row 2 of batch 1 sees no key
+    expected = attention_by_hand(q, k, v, mask, 8 ** 0.5)
+    before = torch_disc.metrics.counters()
+    with torch.no_grad():
+        got = attention_by_hand(*(t.to("disc") for t in (q, k, v, mask)), 8 ** 0.5).cpu()
+    assert delta(before)("library.attention") == 1
+    assert torch.isnan(got[1, :, 2]).all() and torch.isnan(expected[1, :, 2]).all()
+    keep = ~torch.isnan(expected)
+    torch.testing.assert_close(got[keep], expected[keep], rtol=1e-5, atol=1e-6)
