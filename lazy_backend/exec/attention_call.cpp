@@ -36,6 +36,8 @@ at::Tensor run_attention_call(const AttentionCall& call, std::vector<at::Tensor>
   const at::Tensor& q3 = ins[0];
   const at::Tensor& kt3 = ins[1];
   const at::Tensor& v3 = ins[2];
+  TORCH_INTERNAL_ASSERT(b * h == q3.size(0), "disc: attention call: scores [", b, ", ", h,
+                        ", ...] for a batch of ", q3.size(0), " heads");
   const at::Tensor q = q3.reshape({b, h, q3.size(1), q3.size(2)});
   const at::Tensor k = kt3.transpose(1, 2).reshape({b, h, kt3.size(2), kt3.size(1)});
   const at::Tensor v = v3.reshape({b, h, v3.size(1), v3.size(2)});
