@@ -97,3 +97,42 @@ def test_a_row_masked_everywhere_is_nan_as_softmax_makes_it():
     assert torch.isnan(got[1, :, 2]).all() and torch.isnan(expected[1, :, 2]).all()
     keep = ~torch.isnan(expected)
     torch.testing.assert_close(got[keep], expected[keep], rtol=1e-5, atol=1e-6)
+
+
+def eager_models():
+    """Eager-attention models from transformers' configs, with the calls the
+    pass makes in a forward: one per layer, or none where the model adds its
+    scores in place (T5's position bias), which stays as written."""
+    kw = dict(attn_implementation="eager")
+    small = dict(hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4, intermediate_size=128)
+    return {
+        "gpt2": (lambda: transformers.GPT2Model(transformers.GPT2Config(
+            n_embd=64, n_layer=LAYERS, n_head=4, vocab_size=100, **kw)), LAYERS),
+        "llama-gqa": (lambda: transformers.LlamaModel(transformers.LlamaConfig(
+            num_key_value_heads=2, vocab_size=100, **small, **kw)), LAYERS),
+        "distilbert": (lambda: transformers.DistilBertModel(transformers.DistilBertConfig(
+            dim=64, n_layers=LAYERS, n_heads=4, hidden_dim=128, vocab_size=100, **kw)), LAYERS),
+        "vit": (lambda: transformers.ViTModel(transformers.ViTConfig(
+            image_size=32, patch_size=8, **small, **kw)), LAYERS),
+        "t5-encoder": (lambda: transformers.T5EncoderModel(transformers.T5Config(
+            d_model=64, d_kv=16, d_ff=128, num_layers=LAYERS, num_heads=4, vocab_size=100, **kw)), 0),
+    }
+
+
+@pytest.mark.parametrize("name", list(eager_models()))
+def test_eager_models_match_cpu(name):
+    make, calls = eager_models()[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    ids, mask = batch(2, 12)
+    inputs = (dict(pixel_values=torch.randn(2, 3, 32, 32)) if name == "vit"
+              else dict(input_ids=ids, attention_mask=mask))
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state
+        model.to("disc")
+        before = torch_disc.metrics.counters()
+        got = model(**{k: v.to("disc") for k, v in inputs.items()}).last_hidden_state.cpu()
+    d = delta(before)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert d("library.attention") == calls
+    assert d("fallbacks") == 0
