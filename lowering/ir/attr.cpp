@@ -31,6 +31,12 @@ uint64_t Attr::hash() const {
   return h;
 }
 
+bool Attr::is_one() const {
+  if (kind == Kind::kScalarInt || kind == Kind::kInt) return i == 1;
+  if (kind == Kind::kScalarDouble || kind == Kind::kDouble) return d == 1.0;
+  return false;
+}
+
 bool Attr::operator==(const Attr& o) const {
   return kind == o.kind && symbolic == o.symbolic && i == o.i && bits(d) == bits(o.d) && s == o.s && ints == o.ints &&
          doubles.size() == o.doubles.size() &&

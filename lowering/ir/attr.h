@@ -32,6 +32,9 @@ struct Attr {
 
   uint64_t hash() const;
   bool operator==(const Attr& o) const;
+  // An int or double (plain or Scalar) equal to 1: an addmm's alpha / beta,
+  // an add's alpha that changes nothing.
+  bool is_one() const;
   std::string to_string() const;
 };
 

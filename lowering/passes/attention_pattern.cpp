@@ -25,13 +25,6 @@ namespace disc::lowering {
 
 namespace {
 
-bool is_one(const ir::Attr* a) {
-  if (!a) return false;
-  if (a->kind == ir::Attr::Kind::kScalarInt || a->kind == ir::Attr::Kind::kInt) return a->i == 1;
-  if (a->kind == ir::Attr::Kind::kScalarDouble || a->kind == ir::Attr::Kind::kDouble) return a->d == 1.0;
-  return false;
-}
-
 class Matcher {
  public:
   explicit Matcher(Program& p) : p_(p), users_(users_of(p)), output_(p.ops.size(), false) {
@@ -96,7 +89,8 @@ class Matcher {
     std::optional<ir::GraphRef> mask, scale;
     if (kind(x) == Op::kAdd) {  // scores + mask
       const ProgramOp& add = op(x);
-      if (!inner(x) || !is_one(add.node->attr_operand(2)) || dims(x) != s4 || add.inputs[0].index != 0)
+      const ir::Attr* alpha = add.node->attr_operand(2);
+      if (!inner(x) || !alpha || !alpha->is_one() || dims(x) != s4 || add.inputs[0].index != 0)
         return std::nullopt;
       if (type(add.inputs[1]).dtype != ir::DType::kFloat32 || type(add.inputs[1]).sizes.size() > 4)
         return std::nullopt;

@@ -33,12 +33,8 @@ struct Operands {
 };
 
 bool is_one(const ir::Node& n, size_t pos) {
-  const ir::Attr* attr = n.attr_operand(pos);
-  if (!attr) return false;
-  const ir::Attr& a = *attr;
-  if (a.kind == ir::Attr::Kind::kScalarInt || a.kind == ir::Attr::Kind::kInt) return a.i == 1;
-  if (a.kind == ir::Attr::Kind::kScalarDouble || a.kind == ir::Attr::Kind::kDouble) return a.d == 1.0;
-  return false;
+  const ir::Attr* a = n.attr_operand(pos);
+  return a && a->is_one();
 }
 
 class Merger {
