@@ -71,6 +71,24 @@ TEST(Codegen, CudaTargetWritesCudaSourceForTheSamePlan) {
   }
 }
 
+TEST(Codegen, F16KernelsAreTheCpusOnly) {
+  // exp(x * x) in f16, then widened: one kernel on the CPU, which loads and
+  // stores the 16 bits; the CUDA emitter has no f16 conversions, so there
+  // the ops stay out of every group (ATen's), and nothing is declined.
+  GraphBuilder b;
+  auto x = b.param({8, 32}, ir::DType::kFloat16);
+  auto m = b.op("aten::mul.Tensor", {x, x}, {8, 32});
+  auto e = b.op("aten::exp", {m}, {8, 32});
+  for (const ir::Value& v : {m, e}) v.node->outputs[0].dtype = ir::DType::kFloat16;
+  auto wide = b.op("aten::_to_copy", {e}, {8, 32});
+  Program cpu = for_target({e, wide}, Target::kCpu);
+  ASSERT_EQ(cpu.plan.kernels.size(), 1u);
+  EXPECT_NE(cpu.plan.code[0].text.find("memref<?xi16>"), std::string::npos);
+  Program cuda = for_target({e, wide}, Target::kCuda);
+  EXPECT_TRUE(cuda.plan.kernels.empty());
+  EXPECT_TRUE(cuda.plan.declined.empty());
+}
+
 TEST(Codegen, PrintsEachKernelsCodeAfterThePlan) {
   GraphBuilder b;
   Program p = compiled(two_kernels(b));

@@ -199,25 +199,30 @@ def test_a_large_kernel_is_split_over_torchs_threads(threads, counters):
 
 
 def same_bits_or_both_nan(got, want):
-    """bf16 equality to the bit; any NaN matches any NaN (ATen's vector and
-    scalar paths give NaNs different bits)."""
+    """Equality to the bit (bf16, f16, f32); any NaN matches any NaN (ATen's
+    vector and scalar paths give NaNs different bits)."""
     both_nan = got.isnan() & want.isnan()
+    bits = {2: torch.int16, 4: torch.int32}[got.element_size()]
     return got.dtype == want.dtype and bool(
-        ((got.view(torch.int16) == want.view(torch.int16)) | both_nan).all())
+        ((got.view(bits) == want.view(bits)) | both_nan).all())
 
 
+REDUCED = [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
 @pytest.mark.parametrize("seed", range(3))
-def test_bf16_chains_fuse_and_round_every_op_as_eager(seed, counters):
-    # Values are computed in f32 and rounded to bf16 after every op, as
-    # ATen does: the fused kernel gives eager's bits, not better ones.
+def test_reduced_float_chains_fuse_and_round_every_op_as_eager(seed, dtype, counters):
+    # Values are computed in f32 and rounded to bf16 (f16) after every op,
+    # as ATen does: the fused kernel gives eager's bits, not better ones.
     rng = random.Random(seed)
     templates = [make_template(rng) for _ in range(12)]
     for i in range(120):
         template = templates[i % len(templates)]
         shape, yshape = random_shapes(rng)
         g = torch.Generator().manual_seed(i)
-        x = (torch.randn(shape, generator=g) * 3).bfloat16()
-        y = torch.randn(yshape, generator=g).bfloat16()
+        x = (torch.randn(shape, generator=g) * 3).to(dtype)
+        y = torch.randn(yshape, generator=g).to(dtype)
         if x.numel() > 1:
             x.view(-1)[0] = float("nan")
             x.view(-1)[-1] = float("inf")
@@ -228,10 +233,33 @@ def test_bf16_chains_fuse_and_round_every_op_as_eager(seed, counters):
     assert c["launches.fused"] >= 50 and c["fallbacks"] == 0
 
 
-def test_bf16_kernel_writes_a_parameter_update_in_place(counters):
-    # A momentum-like update on bf16 buffers, w = w * m + g: the kernel's bf16
-    # output takes over the dead input's buffer (same dtype and size).
-    w, m, g = (torch.randn(64, 33, generator=torch.Generator().manual_seed(k)).bfloat16()
+def test_f16_conversions_in_kernels_give_atens_bits(counters):
+    # Kernels convert f16 with integer ops (float16.cpp). Every f16 bit
+    # pattern widens to ATen's f32; f32 narrows as c10::Half rounds: ties to
+    # even in normals and subnormals, 65520 and up to inf, NaN to NaN.
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    wide = (every.to("disc").float() * 1.0).cpu()
+    assert same_bits_or_both_nan(wide, every.float())
+    g = torch.Generator().manual_seed(0)
+    any_bits = torch.randint(-2**31, 2**31 - 1, (1 << 18,), generator=g).to(torch.int32)
+    f16_range = torch.randn(1 << 16, generator=g) * torch.exp2(
+        torch.randint(-30, 17, (1 << 16,), generator=g).float())
+    ties = torch.tensor([65504.0, 65519.99, 65520.0, -65520.0, 2.0**-24, 2.0**-25, 3 * 2.0**-25,
+                         2.0**-25 * 1.0001, 2.0**-14, 2.0**-14 * (1 - 2.0**-11), 1 + 2.0**-11,
+                         1 + 3 * 2.0**-11, 0.0, -0.0, float("inf"), -float("inf"), float("nan"),
+                         1e-40])
+    x = torch.cat([any_bits.view(torch.float32), f16_range, ties])
+    narrow = (x.to("disc") * 1.0).half().cpu()
+    assert same_bits_or_both_nan(narrow, x.half())
+    c = counters()
+    assert (c["launches.fused"], c["launches.aten"]) == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_reduced_float_kernel_writes_a_parameter_update_in_place(dtype, counters):
+    # A momentum-like update on bf16 (f16) buffers, w = w * m + g: the
+    # kernel's output takes over the dead input's buffer (same dtype and size).
+    w, m, g = (torch.randn(64, 33, generator=torch.Generator().manual_seed(k)).to(dtype)
                for k in range(3))
     want = w.clone().mul_(m).add_(g)
     d = w.to("disc")
@@ -241,17 +269,18 @@ def test_bf16_kernel_writes_a_parameter_update_in_place(counters):
     assert c["launches.fused"] == 1 and c["inplace.kernel_outputs"] == 1
 
 
-def test_casts_between_f32_and_bf16_fuse_with_their_neighbours(counters):
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_casts_between_f32_and_reduced_floats_fuse_with_their_neighbours(dtype, counters):
     # Autocast's casts around a GEMM: (x.bf16() * w + b).float() is one
     # kernel whose rounding matches eager's casts (int and f64 sources too).
     g = torch.Generator().manual_seed(0)
     x = torch.randn(33, 70, generator=g) * 100
-    w, b = torch.randn(70, generator=g).bfloat16(), torch.randn(33, 70, generator=g).bfloat16()
+    w, b = torch.randn(70, generator=g).to(dtype), torch.randn(33, 70, generator=g).to(dtype)
     n = torch.randint(-300, 300, (33, 70), generator=g)
     d = torch.randn(33, 70, generator=g, dtype=torch.float64) * 1e3
 
     def f(x, w, b, n, d):
-        return [(x.bfloat16() * w + b).float(), n.bfloat16() + b, d.bfloat16() * w]
+        return [(x.to(dtype) * w + b).float(), n.to(dtype) + b, d.to(dtype) * w]
 
     want = f(x, w, b, n, d)
     got = [t.cpu() for t in f(*(t.to("disc") for t in (x, w, b, n, d)))]

@@ -94,29 +94,46 @@ BF16_SOFTMAXES = {"softmax": lambda x: torch.softmax(x, -1),
                   "safe_softmax": lambda x: torch._safe_softmax(x, -1)}
 
 
-def bf16_ulps(a, b):
-    """|a - b| in units of bf16's last place at b (2^-7 of its binade)."""
+def ulps(a, b, dtype):
+    """|a - b| in units of dtype's last place at b (2^-7 of its binade for
+    bf16, 2^-10 for f16, whose subnormals have the place of 2^-14's)."""
+    info = torch.finfo(dtype)
+    mantissa = {torch.bfloat16: 7, torch.float16: 10}[dtype]
     b = b.float()
-    ulp = torch.exp2(torch.floor(torch.log2(b.abs().clamp_min(2.0 ** -126))) - 7)
+    ulp = torch.exp2(torch.floor(torch.log2(b.abs().clamp_min(info.tiny))) - mantissa)
     return ((a.float() - b).abs() / ulp).nan_to_num(0.0)
 
 
+REDUCED = [torch.bfloat16, torch.float16]
+
+
+def as_eager(got, want, dtype):
+    """bf16: eager's bits. f16 keeps three mantissa bits more, so f32 sums
+    that differ in their last bits (eager's vector order against the
+    kernel's) show at near-ties: within one ulp."""
+    if dtype == torch.bfloat16:
+        return torch.equal(got, want)
+    return got.dtype == want.dtype and ulps(got, want, dtype).max() <= 1
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
 @pytest.mark.parametrize("shape", [(4, 37), (3, 5, 64), (2, 3, 4, 33), (64, 10)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", list(BF16_SOFTMAXES))
-def test_bf16_softmaxes_are_one_kernel_computed_in_f32_and_rounded_once(name, shape):
-    # bf16 in, f32 inside, each element rounded once on the way out: no
-    # ATen kernel and no f32 copy of the rows. softmax's forward and every
+def test_reduced_float_softmaxes_are_one_kernel_computed_in_f32_and_rounded_once(name, shape,
+                                                                                  dtype):
+    # bf16 (f16) in, f32 inside, each element rounded once on the way out:
+    # no ATen kernel and no f32 copy of the rows. softmax's forward and every
     # backward give eager's bits; log_softmax is the f32 answer correctly
     # rounded, where eager's CPU kernel is up to 1.5 ulp off, so the two
     # differ by at most one ulp.
     fn = BF16_SOFTMAXES[name]
     torch.manual_seed(0)
-    x = torch.randn(shape).bfloat16()
+    x = torch.randn(shape).to(dtype)
     if name == "safe_softmax":  # some -inf, and a row all -inf where there are rows
         x = x.masked_fill(x > 1, float("-inf"))
         x.view(-1, shape[-1])[1] = float("-inf")
-    g = torch.randn(shape).bfloat16()
+    g = torch.randn(shape).to(dtype)
     want, want_f32 = fn(x), fn(x.float())
     xd = x.to("disc").requires_grad_()
     torch_disc.sync()
@@ -124,13 +141,13 @@ def test_bf16_softmaxes_are_one_kernel_computed_in_f32_and_rounded_once(name, sh
     y = fn(xd)
     got = y.detach().cpu()
     fwd = torch_disc.metrics.counters()
-    assert got.dtype == torch.bfloat16
+    assert got.dtype == dtype
     assert (fwd["launches.fused"], fwd["launches.aten"], fwd.get("codegen.declined", 0)) == (1, 0, 0)
-    assert bf16_ulps(got, want_f32).max() <= 0.5 + 2 ** -10
+    assert ulps(got, want_f32, dtype).max() <= 0.5 + 2 ** -10
     if name == "log_softmax":
-        assert bf16_ulps(got, want).max() <= 1
+        assert ulps(got, want, dtype).max() <= 1
     else:
-        assert torch.equal(got, want)
+        assert as_eager(got, want, dtype)
     # The backward of each device's own output: the same formula on the
     # same bf16 inputs.
     xc = x.clone().requires_grad_()
@@ -142,46 +159,49 @@ def test_bf16_softmaxes_are_one_kernel_computed_in_f32_and_rounded_once(name, sh
     bwd = torch_disc.metrics.counters()
     assert bwd["launches.aten"] == 0 and bwd.get("codegen.declined", 0) == 0
     if name != "log_softmax":
-        assert torch.equal(grad, xc.grad)
+        assert as_eager(grad, xc.grad, dtype)
 
 
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
 @pytest.mark.parametrize("shape", [(4, 37), (3, 5, 64), (2, 3, 4, 33), (64, 10)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_bf16_layer_norm_with_f32_weights_is_one_kernel_each_way(shape):
-    # Autocast's mix: bf16 rows, f32 weight and bias. The output and dx are
-    # bf16 with eager's bits; dw and db are f32 sums, exact to float64
-    # where eager's kernel rounds them to bf16 first.
+def test_reduced_float_layer_norm_with_f32_weights_is_one_kernel_each_way(shape, dtype):
+    # Autocast's mix: bf16 (f16) rows, f32 weight and bias. The output and
+    # dx are bf16 (f16) with eager's bits; dw and db are f32 sums, exact to
+    # float64 where eager's kernel rounds them to bf16 first.
     torch.manual_seed(0)
     n = shape[-1]
-    x, g = torch.randn(shape).bfloat16(), torch.randn(shape).bfloat16()
+    x, g = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
     w, b = torch.linspace(0.5, 1.5, n), torch.linspace(-1, 1, n)
     grads, fwd, bwd = {}, None, None
     for dev in ("cpu", "disc", "float64"):
-        dtype = torch.float64 if dev == "float64" else None
+        wide = torch.float64 if dev == "float64" else None
         on = "cpu" if dev == "float64" else dev
-        xs, ws, bs = (t.detach().clone().to(on, dtype).requires_grad_() for t in (x, w, b))
+        xs, ws, bs = (t.detach().clone().to(on, wide).requires_grad_() for t in (x, w, b))
         torch_disc.sync()
         torch_disc.metrics.reset()
         y = F.layer_norm(xs, [n], ws, bs)
         y_host = y.detach().cpu()
         fwd = torch_disc.metrics.counters() if dev == "disc" else fwd
         torch_disc.metrics.reset()
-        y.backward(g.to(on, dtype))
+        y.backward(g.to(on, wide))
         grads[dev] = [y_host] + [t.grad.cpu() for t in (xs, ws, bs)]
         bwd = torch_disc.metrics.counters() if dev == "disc" else bwd
     assert (fwd["launches.fused"], fwd["launches.aten"]) == (1, 0)
     assert (bwd["launches.fused"], bwd["launches.aten"], bwd.get("codegen.declined", 0)) == (1, 0, 0)
     (y, dx, dw, db), (y_cpu, dx_cpu, _, _) = grads["disc"], grads["cpu"]
-    assert y.dtype == dx.dtype == torch.bfloat16 and dw.dtype == db.dtype == torch.float32
-    assert torch.equal(y, y_cpu) and torch.equal(dx, dx_cpu)
+    assert y.dtype == dx.dtype == dtype and dw.dtype == db.dtype == torch.float32
+    assert as_eager(y, y_cpu, dtype) and as_eager(dx, dx_cpu, dtype)
     for got, exact in zip((dw, db), grads["float64"][2:]):
         torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-5)
 
 
-def test_bf16_layer_norm_with_bf16_weights_stays_on_aten(counters):
-    # There ATen's mean and rstd are bf16 too, which the kernels do not write.
-    x = torch.randn(4, 37).bfloat16()
-    w, b = torch.randn(37).bfloat16(), torch.randn(37).bfloat16()
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_reduced_float_layer_norm_with_reduced_weights_stays_on_aten(dtype, counters):
+    # There ATen's mean and rstd are bf16 (f16) too, which the kernels do
+    # not write.
+    x = torch.randn(4, 37).to(dtype)
+    w, b = torch.randn(37).to(dtype), torch.randn(37).to(dtype)
     got = F.layer_norm(x.to("disc"), [37], w.to("disc"), b.to("disc")).cpu()
     assert torch.equal(got, F.layer_norm(x, [37], w, b))
     c = counters()

@@ -33,8 +33,9 @@ bool GroupAnalysis::analyze(std::string* why) {
   if (R == 0) return fail(why, row_op_, "0-dim input");
   kernel_.rank = std::max<uint32_t>(R, 2);
   for (const ir::TensorType& t : row.outputs)
-    if (t.dtype != ir::DType::kFloat32 && !t.undefined && !bf16_row_output(t))
-      return fail(why, row_op_, "only f32 outputs (bf16 for softmaxes and layer norm) are generated");
+    if (t.dtype != ir::DType::kFloat32 && !t.undefined && !reduced_row_output(t))
+      return fail(why, row_op_,
+                  "only f32 outputs (bf16 and f16 for softmaxes and layer norm) are generated");
   kernel_.per_outer = R >= 3 && reduces_dims_before_last(row, R, 1);
   column_ = kernel_.per_outer || reduces_dims_before_last(row, R, 0);
   if (!column_ && !last_dim_only(row, R))
@@ -85,17 +86,17 @@ bool GroupAnalysis::collect(std::string* why) {
     const ir::Node& n = *p_.ops[op].node;
     if (loop_ || op != row_op_) {
       const ir::DType out = n.outputs.size() == 1 ? n.outputs[0].dtype : ir::DType::kBool;
-      if (out != ir::DType::kFloat32 && out != ir::DType::kBFloat16)
-        return fail(why, op, "only single f32 or bf16 outputs are generated");
+      if (out != ir::DType::kFloat32 && !reduced_float(p_, out))
+        return fail(why, op, "only single f32, bf16 or f16 (CPU) outputs are generated");
       if (!codegen_takes_dtypes(p_, op))
-        return fail(why, op, "a bf16 op with an input of another dtype");
+        return fail(why, op, "a bf16 or f16 op with an input of another dtype");
       if (!op_info(n.op).codegen) return fail(why, op, "op has no codegen");
       if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
     }
     for (const ir::GraphRef& r : p_.ops[op].inputs) {
       if (in_group_.count(r.node) || input_index_.count({r.node, r.index})) continue;
       const ir::TensorType& t = type_of(r);
-      if (!kernels_read(t.dtype)) return fail(why, op, "input dtype has no codegen");
+      if (!kernels_read(p_, t.dtype)) return fail(why, op, "input dtype has no codegen");
       if (t.sizes.size() > kernel_.rank) return fail(why, op, "input of higher rank");
       input_index_[{r.node, r.index}] = kernel_.inputs.size();
       kernel_.inputs.push_back(r);
@@ -110,13 +111,14 @@ bool GroupAnalysis::collect(std::string* why) {
   return true;
 }
 
-// bf16 rows: computed in f32, each element rounded once when stored, as
-// ATen's CPU and CUDA kernels do; which mixes of dtypes, codegen_takes_dtypes.
-bool GroupAnalysis::bf16_row_output(const ir::TensorType& t) const {
+// bf16 and f16 rows: computed in f32, each element rounded once when
+// stored, as ATen's CPU and CUDA kernels do; which mixes of dtypes,
+// codegen_takes_dtypes.
+bool GroupAnalysis::reduced_row_output(const ir::TensorType& t) const {
   const bool rows = row_ == Op::kSoftmax || row_ == Op::kLogSoftmax || row_ == Op::kSafeSoftmax ||
                     row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward ||
                     row_ == Op::kLayerNorm || row_ == Op::kLayerNormBackward;
-  return rows && t.dtype == ir::DType::kBFloat16 && codegen_takes_dtypes(p_, row_op_);
+  return rows && reduced_float(p_, t.dtype) && codegen_takes_dtypes(p_, row_op_);
 }
 
 bool GroupAnalysis::is_reduction() const {
@@ -148,8 +150,14 @@ bool GroupAnalysis::last_dim_only(const ir::Node& n, uint32_t R) const {
   return true;
 }
 
-bool kernels_read(ir::DType t) {
+bool reduced_float(const Program& p, ir::DType t) {
+  return t == ir::DType::kBFloat16 || (t == ir::DType::kFloat16 && p.target == Target::kCpu);
+}
+
+bool kernels_read(const Program& p, ir::DType t) {
   switch (t) {
+    case ir::DType::kFloat16:
+      return reduced_float(p, t);
     case ir::DType::kFloat32:
     case ir::DType::kFloat64:
     case ir::DType::kInt64:
@@ -172,19 +180,21 @@ std::optional<ir::DType> operand_dtype(const Program& p, uint32_t op, size_t k) 
   return p.ops[r.node].node->outputs[r.index].dtype;
 }
 
-// Layer norm of bf16 rows with f32 weights, autocast's mix: the row (or
-// its grad) is bf16, mean, rstd and the weight grads f32. With bf16 weights
-// ATen makes mean and rstd bf16 as well, which the kernels do not write.
+// Layer norm of bf16 (or f16) rows with f32 weights, autocast's mix: the
+// row (or its grad) is bf16, mean, rstd and the weight grads f32. With bf16
+// weights ATen makes mean and rstd bf16 as well, which the kernels do not
+// write.
 bool layer_norm_takes_dtypes(const Program& p, uint32_t op, bool backward) {
   const ir::Node& n = *p.ops[op].node;
   for (size_t k = 1; k < n.outputs.size(); ++k)
     if (!n.outputs[k].undefined && n.outputs[k].dtype != ir::DType::kFloat32) return false;
   const ir::DType out = n.outputs[0].dtype;
   if (out == ir::DType::kFloat32) return true;
+  if (!reduced_float(p, out)) return false;
   const size_t rows = backward ? 2 : 1;  // x, or dy and x
   for (size_t k = 0; k < rows; ++k)
-    if (operand_dtype(p, op, k) != ir::DType::kBFloat16) return false;
-  return out == ir::DType::kBFloat16 && operand_dtype(p, op, backward ? 5 : 2) == ir::DType::kFloat32;
+    if (operand_dtype(p, op, k) != out) return false;
+  return operand_dtype(p, op, backward ? 5 : 2) == ir::DType::kFloat32;
 }
 
 }  // namespace
@@ -194,15 +204,15 @@ bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   const Op id = op_of(n.op);
   if (id == Op::kLayerNorm || id == Op::kLayerNormBackward)
     return layer_norm_takes_dtypes(p, op, id == Op::kLayerNormBackward);
-  bool bf16 = false;
+  std::optional<ir::DType> reduced;  // the outputs' bf16 or f16, all the same
   for (const ir::TensorType& t : n.outputs) {
-    if (t.undefined) continue;
-    if (t.dtype != ir::DType::kFloat32 && t.dtype != ir::DType::kBFloat16) return false;
-    bf16 |= t.dtype == ir::DType::kBFloat16;
+    if (t.undefined || t.dtype == ir::DType::kFloat32) continue;
+    if (!reduced_float(p, t.dtype) || (reduced && *reduced != t.dtype)) return false;
+    reduced = t.dtype;
   }
-  if (!bf16 || id == Op::kCopy || id == Op::kToCopy) return true;
+  if (!reduced || id == Op::kCopy || id == Op::kToCopy) return true;
   return std::all_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
-    return p.ops[r.node].node->outputs[r.index].dtype == ir::DType::kBFloat16;
+    return p.ops[r.node].node->outputs[r.index].dtype == *reduced;
   });
 }
 

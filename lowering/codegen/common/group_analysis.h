@@ -21,22 +21,28 @@ namespace disc::lowering {
 // then run one by one).
 std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why);
 
-// Whether generated kernels take op's dtypes: f32 and bf16 outputs, and a
-// bf16 op's inputs bf16 too unless it is a cast (copy, _to_copy). A bf16 op
-// with an input of another dtype (a Python number, an f32 0-dim tensor)
-// stays ATen's, which rounds that input to bf16 first for some ops (add)
-// and not for others (mul, div). Layer norm and its backward: bf16 rows
-// with f32 weights, as autocast mixes them.
+// Whether generated kernels take op's dtypes: f32 and reduced_float
+// outputs, and a bf16 (f16) op's inputs bf16 (f16) too unless it is a cast
+// (copy, _to_copy). A bf16 op with an input of another dtype (a Python
+// number, an f32 0-dim tensor) stays ATen's, which rounds that input to
+// bf16 first for some ops (add) and not for others (mul, div). Layer norm
+// and its backward: bf16 or f16 rows with f32 weights, as autocast mixes
+// them.
 bool codegen_takes_dtypes(const Program& p, uint32_t op);
 
-// The dtype a kernel stores output `o` in (f32, or bf16 as its bits).
+// The 16-bit floats generated kernels compute in f32 and round as ATen
+// does after every op: bf16 on every target, f16 on the CPU (its CUDA
+// emitter has no f16 conversions).
+bool reduced_float(const Program& p, ir::DType t);
+
+// The dtype a kernel stores output `o` in (f32, or bf16 / f16 as its bits).
 inline ir::DType output_dtype(const Program& p, const KernelOutput& o) {
   return p.ops[o.op].node->outputs[o.index].dtype;
 }
 
-// The dtypes a generated kernel reads, on every target: f32, f64, i64, i32,
-// bf16 and bool.
-bool kernels_read(ir::DType t);
+// The dtypes a generated kernel reads: f32, f64, i64, i32, bool and the
+// target's reduced_float ones.
+bool kernels_read(const Program& p, ir::DType t);
 
 // The analysis of one group, kept by an emitter that writes its code.
 class GroupAnalysis {
@@ -56,7 +62,7 @@ class GroupAnalysis {
     return p_.ops[r.node].node->outputs.at(r.index);
   }
   bool is_reduction() const;
-  bool bf16_row_output(const ir::TensorType& t) const;
+  bool reduced_row_output(const ir::TensorType& t) const;
 
   const Program& p_;
   const FusionGroup& group_;

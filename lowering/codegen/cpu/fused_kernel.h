@@ -16,9 +16,9 @@
 //
 // The group's element-wise producers are computed inside the kernel, in
 // every pass that reads them, and stored only where the rest of the graph
-// needs them. Values are f32; bf16 tensors are loaded and stored as their
-// bits and every bf16 op's result is rounded as ATen rounds it
-// (bfloat16.cpp). Each pass over the innermost dim has a vector<16xf32> body and
+// needs them. Values are f32; bf16 and f16 tensors are loaded and stored as
+// their bits and every bf16 or f16 op's result is rounded as ATen rounds it
+// (bfloat16.cpp, float16.cpp). Each pass over the innermost dim has a vector<16xf32> body and
 // a masked vector tail (the last n % 16) when the inputs are contiguous
 // along it (checked at run time), and a strided scalar loop otherwise.
 #pragma once

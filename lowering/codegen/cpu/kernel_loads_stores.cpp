@@ -88,11 +88,11 @@ void KernelEmitter::store_elem(Variant& v, const std::string& m, const std::stri
     line("memref.store " + value + ", " + m + "[" + idx + "] : " + mem);
 }
 
-// An element-wise output: f32, or bf16 stored as its bits.
+// An element-wise output: f32, or bf16 / f16 stored as its bits.
 void KernelEmitter::store(Variant& v, size_t k, const std::string& value) {
   const std::string m = "%out" + std::to_string(k);
-  if (output_dtype(k) == ir::DType::kBFloat16)
-    store_elem(v, m, out_index(v), v.e.f32_to_bf16_bits(value), "i16");
+  if (output_dtype(k) != ir::DType::kFloat32)
+    store_elem(v, m, out_index(v), v.e.to_bits(output_dtype(k), value), "i16");
   else
     store_f32(v, m, out_index(v), value);
 }
@@ -129,9 +129,9 @@ std::vector<std::string> KernelEmitter::row_inputs(Variant& v, bool store_produc
     std::vector<std::string> ins;
     for (const ir::GraphRef& r : p_.ops[op].inputs) ins.push_back(of(r));
     value[op] = v.e.compute(op, ins);
-    // A bf16 op's result is rounded as ATen rounds it before anything reads it.
-    if (p_.ops[op].node->outputs[0].dtype == ir::DType::kBFloat16)
-      value[op] = v.e.round_to_bf16(value[op]);
+    // A bf16 or f16 op's result is rounded as ATen rounds it before
+    // anything reads it.
+    value[op] = v.e.round_to(p_.ops[op].node->outputs[0].dtype, value[op]);
     if (store_producers && used_outside_[op]) store(v, output_slot(op, 0), value[op]);
   }
   std::vector<std::string> ins;

@@ -14,6 +14,7 @@ const char* memref_elem(ir::DType t) {
     case ir::DType::kInt64: return "i64";
     case ir::DType::kInt32: return "i32";
     case ir::DType::kBFloat16: return "i16";
+    case ir::DType::kFloat16: return "i16";
     case ir::DType::kBool: return "i8";  // 0 or 1, as torch stores them
     default: return nullptr;
   }
@@ -101,6 +102,7 @@ std::string ValueEmitter::to_f32(const std::string& raw, ir::DType t) {
   const std::string elem = memref_elem(t);
   if (elem == "f32") return raw;
   if (t == ir::DType::kBFloat16) return bf16_to_f32(raw);
+  if (t == ir::DType::kFloat16) return f16_to_f32(raw);
   std::string v = fresh();
   if (elem == "f64")
     line(v + " = arith.truncf " + raw + " : " + vec("f64") + " to " + type_);
@@ -176,7 +178,7 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
     case Op::kDivInplace: return binary("arith.divf", in.at(0), in.at(1));
     case Op::kNeg: return unary("arith.negf", in.at(0));
     case Op::kExpand: return in.at(0);  // right-aligned broadcast: the loads do it
-    // Casts: the value in f32; a bf16 result is rounded like every bf16 op's.
+    // Casts: the value in f32; a bf16 or f16 result is rounded like every such op's.
     case Op::kToCopy: return in.at(0);
     case Op::kCopy: return in.at(1);  // src, broadcast to self's shape and dtype
     case Op::kZeros: return constant(0.0);

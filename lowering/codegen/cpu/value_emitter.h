@@ -18,8 +18,8 @@ namespace disc::lowering {
 // LLVM splits it in two, so one kernel text serves both.
 constexpr uint32_t kVectorWidth = 16;
 
-// The element types a kernel input or output may have in memory (bf16: its
-// bits, as i16; bfloat16.cpp).
+// The element types a kernel input or output may have in memory (bf16 and
+// f16: their bits, as i16; bfloat16.cpp, float16.cpp).
 const char* memref_elem(ir::DType t);
 
 class ValueEmitter {
@@ -54,6 +54,14 @@ class ValueEmitter {
   std::string round_to_bf16(const std::string& value);
   std::string f32_to_bf16_bits(const std::string& value);
   std::string bf16_to_f32(const std::string& bits);
+  // float16 (float16.cpp), likewise.
+  std::string round_to_f16(const std::string& value);
+  std::string f32_to_f16_bits(const std::string& value);
+  std::string f16_to_f32(const std::string& bits);
+  // `value` rounded as an op with output dtype `t` rounds it (bf16, f16;
+  // other dtypes: as it is), and the 16 bits a bf16 or f16 buffer stores.
+  std::string round_to(ir::DType t, const std::string& value);
+  std::string to_bits(ir::DType t, const std::string& value);
   // An f32 Scalar operand (alpha, threshold, eps) of op `op`.
   std::string scalar_operand(uint32_t op, size_t operand);
   // The same, as a plain f32 even in the vector variant.
@@ -64,6 +72,11 @@ class ValueEmitter {
   std::string vec(const std::string& elem) const;  // "f32" -> this variant's type
   std::string int_constant(int64_t v, const std::string& elem);
   std::string bf16_rounded_bits(const std::string& value);
+  std::string f16_rounded_bits(const std::string& value);
+  // i32 arithmetic in this variant's shape: `a op b`; `pred(a, b) ? then : otherwise`.
+  std::string int_op(const char* op, const std::string& a, const std::string& b);
+  std::string int_select(const char* pred, const std::string& a, const std::string& b,
+                         const std::string& then, const std::string& otherwise);
   std::string add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string addc(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string lerp(uint32_t op, const std::vector<std::string>& in);
