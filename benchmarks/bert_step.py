@@ -17,7 +17,8 @@ Measured, each on a fresh copy of the model with the same seed:
   seeded variable lengths; reported in sequences/s.
 
 ``--autocast`` runs every backend's forward under bf16 autocast, as the
-example's ``--autocast`` does.
+example's ``--autocast`` does; ``--autocast fp16`` under fp16, training with
+the example's gradient scaler.
 
 Each batch holds rows of different lengths, so every batch carries padding
 (a batch without padding takes transformers' no-mask branch: another graph).
@@ -192,6 +193,7 @@ def _measure(part, backend, args):
     batches = make_batches(tokenizer, lengths, args.batch_size, args.seed, args.mask)
     if training:
         opt, scheduler = finetune.build_optimizer(model, fargs, count)
+        scaler = finetune.grad_scaler(device, args.autocast)
     else:
         for b in batches:
             b.pop("labels")
@@ -207,12 +209,13 @@ def _measure(part, backend, args):
     def run_batch(batch):
         if training:
             loss = finetune.train_step(model, opt, scheduler, batch, device,
-                                       fargs.max_grad_norm, args.autocast)
+                                       fargs.max_grad_norm, args.autocast, scaler)
             sync()
             losses.append(loss.item())  # waits for the step's graph(s) on disc
         else:
-            with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
-                                                 enabled=args.autocast):
+            dtype = finetune.AUTOCAST_DTYPES.get(args.autocast, torch.bfloat16)
+            with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=dtype,
+                                                 enabled=args.autocast is not None):
                 logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
                 logits.argmax(dim=-1).cpu()
 
@@ -277,7 +280,7 @@ def run_compiled(parts, args):
            "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--attn", args.attn, "--mask", args.mask, "--compile-backend", args.compile_backend]
     if args.autocast:
-        cmd.append("--autocast")
+        cmd += ["--autocast", args.autocast]
     if args.model:
         cmd += ["--model", args.model]
     if args.threads:
@@ -470,8 +473,9 @@ def parse_args(argv=None):
     p.add_argument("--mask", choices=["2d", "4d"], default="2d",
                    help="attention mask form, as in finetune.py (2d: one extra sync per "
                         "forward on disc)")
-    p.add_argument("--autocast", action="store_true",
-                   help="every backend's forward under bf16 autocast (the example's --autocast)")
+    p.add_argument("--autocast", nargs="?", const="bf16", choices=list(finetune.AUTOCAST_DTYPES),
+                   help="every backend's forward under bf16 (or fp16) autocast, as the "
+                        "example's --autocast")
     p.add_argument("--compile-backend", default="inductor")
     p.add_argument("--compile-timeout", type=float, default=300,
                    help="seconds for all torch.compile parts together")
@@ -501,7 +505,7 @@ def main(argv=None):
         return None
     result = timed_run(run, args)
     return finish(result, args,
-                  f"MiniLM-L6 (BERT){', bf16 autocast' if args.autocast else ''}, "
+                  f"MiniLM-L6 (BERT){f', {args.autocast} autocast' if args.autocast else ''}, "
                   f"batch {args.batch_size}, {args.steps} timed steps after "
                   f"{args.warmup} warm-up, {result['threads']} threads; train-fixed: length "
                   f"{MAX_LENGTH}; variable lengths {MIN_LENGTH}..{MAX_LENGTH} "

