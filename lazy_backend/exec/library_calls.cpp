@@ -1,6 +1,7 @@
 // GEMMs on oneDNN for the compiled executor. A GEMM goes to oneDNN when it is
-// float32 or bfloat16 (autocast's GEMMs: native where the CPU multiplies
-// bf16, elsewhere widened to float32, see onednn_matmul), and, for
+// float32, bfloat16 or float16 (autocast's GEMMs: bf16 native where the CPU
+// multiplies bf16, f16 and other bf16 widened to float32, see
+// onednn_matmul), and, for
 // addmm, beta == alpha == 1 with a bias of [n] (or one value): nn.Linear's
 // forward, and the mm's of every backward. Operands are
 // passed as they lie, transposed views included; only views that are not
@@ -72,7 +73,8 @@ GemmOperand operand(at::Tensor& t, bool batched) {
 const char* aten_reason(Gemm kind, const ir::Node& n, const std::vector<at::Tensor>& ins) {
   if (n.outputs.size() != 1) return "dtype";
   const ir::DType type = n.outputs[0].dtype;
-  if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16) return "dtype";
+  if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16 && type != ir::DType::kFloat16)
+    return "dtype";
   for (const at::Tensor& t : ins)
     if (t.scalar_type() != to_aten(type)) return "dtype";
   if (kind != Gemm::kAddmm) return nullptr;
@@ -106,16 +108,20 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
                          const std::vector<WeightView>* weights,
                          const std::function<at::Tensor()>& make_b) {
   if (!runtime::has_onednn()) return aten_matmul(a, make_b ? make_b() : b, bias_in, act, batched);
-  if (a.scalar_type() == at::kBFloat16 && !runtime::onednn_bf16_native()) {
+  const at::ScalarType type = a.scalar_type();
+  if (type == at::kHalf || (type == at::kBFloat16 && !runtime::onednn_bf16_native())) {
     // Without native bf16, oneDNN emulates it (AVX2: its reference kernels,
-    // ~25x slower than f32): widen the operands to f32 instead, multiply,
-    // round once. A bf16 product is exact in f32 and oneDNN accumulates bf16
-    // GEMMs in f32, so the result is the native GEMM's up to summation order.
-    static metrics::Named widened("library.bf16_widened");
-    ++widened;
+    // ~25x slower than f32). f16 is widened on every CPU: ATen's own f16
+    // GEMM took 28-480 ms by layout where widening takes 4.4 ([1024 x 384]
+    // @ [384 x 1536], AMD EPYC with AVX-512, 2 threads). So: widen the
+    // operands to f32, multiply, round once.
+    // A bf16 or f16 product is exact in f32 and both accumulate in f32, so
+    // the result is the narrow GEMM's up to summation order.
+    static metrics::Named bf16_widened("library.bf16_widened"), f16_widened("library.f16_widened");
+    ++(type == at::kHalf ? f16_widened : bf16_widened);
     const at::Tensor b32 = (make_b ? make_b() : b).to(at::kFloat);
     const at::Tensor bias32 = bias_in.defined() ? bias_in.to(at::kFloat) : bias_in;
-    return onednn_matmul(a.to(at::kFloat), b32, bias32, act, batched).to(at::kBFloat16);
+    return onednn_matmul(a.to(at::kFloat), b32, bias32, act, batched).to(type);
   }
   const int64_t d = batched ? 1 : 0;
   runtime::Gemm g;

@@ -77,10 +77,12 @@ void plan_reader(const Program& p, uint32_t i, Readers& r, LayoutPlan& plan) {
 const char* conv_library_declines(const Program& p, uint32_t i) {
   const ir::Node& n = *p.ops[i].node;
   if (options::text(options::Id::kConv) == "aten") return "disabled";
-  // float32 or bfloat16 throughout (autocast's convolutions): the weight's.
+  // float32, bfloat16 or float16 throughout (autocast's convolutions): the
+  // weight's.
   const ir::GraphRef weight = p.ops[i].inputs.at(op_of(n.op) == Op::kConvolution ? 1 : 2);
   const ir::DType type = p.ops[weight.node].node->outputs[weight.index].dtype;
-  if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16) return "dtype";
+  if (type != ir::DType::kFloat32 && type != ir::DType::kBFloat16 && type != ir::DType::kFloat16)
+    return "dtype";
   for (const ir::GraphRef& in : p.ops[i].inputs)
     if (p.ops[in.node].node->outputs[in.index].dtype != type) return "dtype";
   for (const ir::TensorType& t : n.outputs)

@@ -84,15 +84,16 @@ def test_grad_scaler_trains_like_cpu_and_skips_a_step_with_infs(dtype, counters)
     assert counters()["fallbacks"] == 0, torch_disc.metrics.fallbacks()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("n,ci,co,size,k,stride,pad,groups",
                          [(2, 3, 8, 12, 3, 1, 1, 1), (4, 8, 16, 9, 3, 2, 0, 1),
                           (2, 8, 8, 7, 3, 1, 1, 8)])
-def test_bf16_convolutions_run_on_onednn_with_eagers_bits(n, ci, co, size, k, stride, pad,
-                                                          groups, counters):
+def test_reduced_float_convolutions_run_on_onednn(n, ci, co, size, k, stride, pad, groups, dtype,
+                                                  counters):
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, ci, size, size, generator=g).bfloat16()
-    w = (torch.randn(co, ci // groups, k, k, generator=g) * 0.3).bfloat16()
-    b = torch.randn(co, generator=g).bfloat16()
+    x = torch.randn(n, ci, size, size, generator=g).to(dtype)
+    w = (torch.randn(co, ci // groups, k, k, generator=g) * 0.3).to(dtype)
+    b = torch.randn(co, generator=g).to(dtype)
 
     def run(x, w, b):
         x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
@@ -102,11 +103,14 @@ def test_bf16_convolutions_run_on_onednn_with_eagers_bits(n, ci, co, size, k, st
 
     want = run(x, w, b)
     got = run(*(t.to("disc") for t in (x, w, b)))
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
     for a, e in zip(got, want):
-        assert a.dtype == torch.bfloat16
-        torch.testing.assert_close(a.float(), e.float(), rtol=1e-2, atol=1e-2)
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), e.float(), rtol=tol, atol=tol)
     c = counters()
     # Forward and backward on oneDNN: in bf16 where the CPU has it, else
-    # widened to f32 and rounded once (counted).
+    # widened to f32 and rounded once (counted); f16 always widened.
     assert c.get("library.onednn", 0) == 2 and c.get("library.aten", 0) == 0
-    assert c.get("library.bf16_widened", 0) == (0 if torch_disc._C.bf16_native() else 2)
+    widened = 0 if dtype == torch.bfloat16 and torch_disc._C.bf16_native() else 2
+    key = "library.bf16_widened" if dtype == torch.bfloat16 else "library.f16_widened"
+    assert c.get(key, 0) == widened

@@ -107,6 +107,30 @@ def test_sizes_zero_and_one(executor):
         torch.testing.assert_close(got[1], a @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_f16_gemms_are_widened_to_f32_and_rounded_once(executor):
+    # ATen's CPU f16 GEMM is 6-100x slower than f32: oneDNN multiplies the
+    # operands widened to f32 (an f16 product is exact there) and rounds C
+    # once, the f16 GEMM's answer up to summation order.
+    torch.manual_seed(3)
+    a, w, bias = torch.randn(33, 70).half(), torch.randn(40, 70).half(), torch.randn(40).half()
+    q, k = torch.randn(3, 9, 16).half(), torch.randn(3, 11, 16).half()
+
+    def cases(dev):
+        d = lambda t: t.to(dev)  # noqa: E731
+        return [torch.nn.functional.linear(d(a), d(w), d(bias)), d(a) @ d(w).t(),
+                torch.bmm(d(q), d(k).transpose(1, 2))]
+
+    executor("compiled")
+    got, c = counted(lambda: cases("disc"))
+    assert library(c) == (3, 0, 0) and c["library.f16_widened"] == 3
+    wide = [torch.nn.functional.linear(a.float(), w.float(), bias.float()), a.float() @ w.float().t(),
+            torch.bmm(q.float(), k.float().transpose(1, 2))]
+    for g, e, x in zip(got, cases("cpu"), wide):
+        assert g.dtype == torch.float16
+        torch.testing.assert_close(g, x.half(), rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3)
+
+
 def test_float64_and_scaled_addmm_run_on_aten_and_are_counted(executor):
     a, b, bias = torch.randn(5, 4, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64), torch.randn(3)
     af, bf = a.float(), b.float()
