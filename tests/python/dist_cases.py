@@ -311,6 +311,35 @@ def _mismatch(rank, world, args):
     return {"error": None}
 
 
+def _failed_after_a_collective(rank, world, args):
+    """Both ranks all-reduce a, then disagree on b = a * 2 (rank 0
+    all-reduces it, the others broadcast it): the graph holding both fails.
+    The step is undone without running a's all-reduce again: a keeps its
+    value from before, b (the step made it) keeps the error."""
+    import torch
+    import torch.distributed as dist
+
+    import torch_disc
+
+    a = torch.ones(7, device="disc")
+    dist.all_reduce(a)
+    b = a * 2
+    if rank == 0:
+        dist.all_reduce(b)
+    else:
+        dist.broadcast(b, src=0)
+    errors = []
+    checks = torch_disc.metrics.counters().get("dist.checks", 0)
+    for _ in range(2):
+        try:
+            b.cpu()
+            errors.append(None)
+        except RuntimeError as e:
+            errors.append(str(e))
+    return {"errors": errors, "a": a.cpu().tolist(),
+            "checks": torch_disc.metrics.counters().get("dist.checks", 0) - checks}
+
+
 def _leave_with_pending(rank, world, args):
     """Rank 1 all-gathers and drops the result unread; both all-reduce a
     tensor they read only after destroy_process_group, which must run the
@@ -535,13 +564,14 @@ def _fsdp_tp_train(rank, world, args):
 
 
 CASES = {"collectives": _collectives, "ddp_train": _ddp_train, "rank_dies": _rank_dies,
-         "mismatch": _mismatch, "leave_with_pending": _leave_with_pending,
+         "mismatch": _mismatch, "failed_after_a_collective": _failed_after_a_collective,
+         "leave_with_pending": _leave_with_pending,
          "bad_inputs": _bad_inputs, "fsdp2_train": _fsdp2_train,
          "fsdp2_checkpoint": _fsdp2_checkpoint, "tp_train": _tp_train,
          "fsdp_tp_train": _fsdp_tp_train}
 
 
-def main(argv, cases=None, failing=("rank_dies", "mismatch")):
+def main(argv, cases=None, failing=("rank_dies", "mismatch", "failed_after_a_collective")):
     """One rank: ``argv`` is launch's command line after the module;
     ``cases`` the table to run from (this module's by default); ``failing``
     the cases whose ranks part in a failed collective, which skip the

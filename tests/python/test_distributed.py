@@ -204,6 +204,19 @@ def test_ranks_sending_other_shapes_fail_naming_both():
         assert "all_gather of 32 Float elements shaped [1, 8, 4]" in result["error"]
 
 
+def test_a_failed_graph_of_collectives_is_undone_without_running_one_again():
+    # Both ranks all-reduce a, then disagree on b: the graph holding both
+    # fails. Reading b again raises the same error; no collective runs again
+    # (two checks: a's and b's, once each), and a keeps its value from
+    # before the step rather than one reduced again.
+    for status, result in launch("failed_after_a_collective", 2, {"timeout": 30}, timeout=120):
+        assert status == "ok", result
+        first, again = result["errors"]
+        assert first is not None and "ranks disagree" in first and again == first
+        assert result["checks"] == 2
+        assert result["a"] == [1.0] * 7
+
+
 def test_destroying_the_group_runs_its_recorded_collectives_first():
     world = 2
     results = ok(launch("leave_with_pending", world, {"timeout": 30}, timeout=120))
