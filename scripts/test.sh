@@ -20,7 +20,8 @@ python3 -m pytest tests/python -q "$@"
 # CPU's own kernels, and MKL capped on an Intel CPU is not an AVX2 CPU's MKL.
 ISA_TESTS=(test_fused_kernels.py test_row_kernels.py test_library_calls.py test_conv_calls.py
            test_gemm_merge.py test_autocast.py test_model_zoo.py test_ops_parity.py
-           test_build_components.py test_attention.py test_attention_pattern.py test_dropout.py)
+           test_build_components.py test_attention.py test_attention_pattern.py test_dropout.py
+           test_opinfo_sweep.py)
 case "$native" in
   avx512|avx512_bf16|amx)
     echo "== the ISA-dependent tests capped to avx2 (this CPU: $native)"

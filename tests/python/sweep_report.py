@@ -195,11 +195,16 @@ STATUSES = ["pass", "fallback", "fail", "xfail", "xpass", "skip", "crash", "hang
 
 
 def split_id(nodeid):
-    """'...::test_forward[add-s3]' -> ('add', 'fwd', 's3')."""
+    """'...::test_forward[add-s3]' -> ('add', 'fwd', 's3');
+    '...[add-s3-float16]' -> ('add (float16)', 'fwd', 's3')."""
     test, _, param = nodeid.partition("[")
     direction = "fwd" if test.endswith("test_forward") else "bwd"
-    op, _, sample = param.rstrip("]").rpartition("-")
-    return op, direction, sample
+    param, dtype = param.rstrip("]"), ""
+    for name in ("bfloat16", "float16"):
+        if param.endswith("-" + name):
+            param, dtype = param[:-len(name) - 1], f" ({name})"
+    op, _, sample = param.rpartition("-")
+    return op + dtype, direction, sample
 
 
 def cell(counts):
@@ -220,7 +225,7 @@ def markdown(outcomes, title, seconds):
             if len(per_op[op]["notes"]) < 3 and not any(msg in n for n in per_op[op]["notes"]):
                 per_op[op]["notes"].append(note)
     lines = [f"# {title}", "",
-             f"PyTorch OpInfo samples (float32) on disc vs CPU, from `tests/python/test_opinfo_sweep.py`; "
+             f"PyTorch OpInfo samples (float32; the quick ops in bfloat16 and float16 too) on disc vs CPU, from `tests/python/test_opinfo_sweep.py`; "
              f"{len(outcomes)} tests, {seconds:.0f} s. Each cell counts samples by outcome; "
              f"`fallback`: the results match, but some op ran on the CPU fallback (a failure in CI).", "",
              "| | " + " | ".join(STATUSES) + " |", "|---|" + "---:|" * len(STATUSES)]

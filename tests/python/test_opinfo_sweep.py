@@ -1,6 +1,8 @@
 """PyTorch's own OpInfo samples (``op_db``) on disc vs CPU eager.
 
-Each test is one OpInfo sample of one op, in float32:
+Each test is one OpInfo sample of one op, in float32 (the ``QUICK`` ops in
+bfloat16 and float16 as well, ids ending in the dtype, within a few units of
+the dtype's last place):
 
 * ``test_forward``: the op on the CPU sample (the reference) and on a copy of
   it moved to ``"disc"`` (traced, run at the ``.cpu()`` sync); every output
@@ -47,6 +49,9 @@ from torch.testing._internal.common_methods_invocations import op_db  # noqa: E4
 from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
 
 DTYPE = torch.float32
+# The quick ops run in bf16 and f16 as well, which generated kernels compute
+# in f32 and round after every op (codegen/cpu/bfloat16.cpp, float16.cpp).
+REDUCED = (torch.bfloat16, torch.float16)
 FULL = torch_disc.options.get("DISC_SWEEP") == "all"
 MAX_SAMPLES = torch_disc.options.get("DISC_SWEEP_SAMPLES")
 
@@ -54,6 +59,8 @@ MAX_SAMPLES = torch_disc.options.get("DISC_SWEEP_SAMPLES")
 # fused element-wise groups run generated code, so results are close but not
 # always bitwise equal (reordered sums, exp/tanh from the generated code).
 TOL = (1e-5, 1e-5)
+# bf16 and f16: a few units of their last place (2^-8, 2^-11 relative).
+TOL_REDUCED = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3)}
 TOL_BY_OP = {
     # Its backward is a long chain of products of reflectors; sums run in
     # another order on disc: 6e-4 on values near 60 (relative 1.04e-5).
@@ -130,6 +137,19 @@ XFAIL = [
 
 def any_sample(sample):
     return True
+
+
+def is_reduced_float(sample):
+    return sample.input.dtype in REDUCED
+
+
+XFAIL += [
+    (("nn.functional.conv2d",), ("bwd",), is_reduced_float,
+     "numerics (may pass): disc widens f16 convolutions (and bf16 ones where the CPU lacks "
+     "native bf16) to f32 and rounds once; eager's backward is the less precise of the two "
+     "(f16 s1, input grad's max error against float64: eager 0.035, disc 0.012), beyond the "
+     "dtype's tolerance on some elements"),
+]
 
 
 XFAIL += [
@@ -245,17 +265,21 @@ CPU_ARGS = {"tensor_split": (0,)}
 _SAMPLES = {}
 
 
-def samples_of(op):
-    """The op's first MAX_SAMPLES float32 samples, from a seed of its own
+def samples_of(op, dtype=DTYPE):
+    """The op's first MAX_SAMPLES samples in `dtype`, from a seed of its own
     (adding or reordering ops never changes another op's samples); the
     global RNG is left as it was."""
     key = op_key(op)
-    if key not in _SAMPLES:
+    if (key, dtype) not in _SAMPLES:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(zlib.crc32(key.encode()))
-            gen = op.sample_inputs("cpu", DTYPE, requires_grad=op.supports_autograd)
-            _SAMPLES[key] = list(itertools.islice(gen, MAX_SAMPLES))
-    return _SAMPLES[key]
+            gen = op.sample_inputs("cpu", dtype, requires_grad=op.supports_autograd)
+            _SAMPLES[key, dtype] = list(itertools.islice(gen, MAX_SAMPLES))
+    return _SAMPLES[key, dtype]
+
+
+def tolerance(op, dtype):
+    return TOL_REDUCED[dtype] if dtype in TOL_REDUCED else TOL_BY_OP.get(op_key(op), TOL)
 
 
 def lookup(table, key, direction, sample):
@@ -265,37 +289,49 @@ def lookup(table, key, direction, sample):
 
 
 def params(direction):
+    """(op, sample, dtype) of every selected op in float32, and of the quick
+    ops in REDUCED (ids ending in the dtype's name)."""
     out = []
     for op in selected_ops():
-        key = op_key(op)
-        if direction == "bwd" and not op.supports_autograd:
-            continue
-        if DTYPE not in op.dtypes:
-            out.append(pytest.param(None, None, id=f"{key}-nodtype",
+        out += dtype_params(op, direction, DTYPE, "")
+        if op_key(op) in QUICK:
+            for dtype in REDUCED:
+                out += dtype_params(op, direction, dtype, "-" + str(dtype).removeprefix("torch."))
+    return out
+
+
+def dtype_params(op, direction, dtype, suffix):
+    out = []
+    key = op_key(op)
+    if direction == "bwd" and not op.supports_autograd:
+        return out
+    if dtype not in op.dtypes:
+        if dtype == DTYPE:
+            out.append(pytest.param(None, None, None, id=f"{key}-nodtype",
                                     marks=pytest.mark.skip(reason="no float32 variant")))
-            continue
-        reason = not_comparable(op)
-        if reason:
-            out.append(pytest.param(None, None, id=f"{key}-all",
-                                    marks=pytest.mark.skip(reason=f"not comparable: {reason}")))
-            continue
-        try:
-            samples = samples_of(op)
-        except Exception as e:  # the OpInfo itself, not the backend
-            out.append(pytest.param(None, None, id=f"{key}-nosamples",
-                                    marks=pytest.mark.skip(reason=f"sample_inputs raised {e!r:.100}")))
-            continue
-        for i, sample in enumerate(samples):
-            marks = []
-            if draws_random(op, sample):
-                marks.append(pytest.mark.skip(reason="not comparable: random (dropout)"))
-            why = lookup(SKIP, key, direction, sample)
-            if why:
-                marks.append(pytest.mark.skip(reason=why))
-            why = lookup(XFAIL, key, direction, sample)
-            if why:
-                marks.append(pytest.mark.xfail(reason=why, strict="(may pass)" not in why))
-            out.append(pytest.param(op, sample, id=f"{key}-s{i}", marks=marks))
+        return out
+    reason = not_comparable(op)
+    if reason:
+        out.append(pytest.param(None, None, None, id=f"{key}-all{suffix}",
+                                marks=pytest.mark.skip(reason=f"not comparable: {reason}")))
+        return out
+    try:
+        samples = samples_of(op, dtype)
+    except Exception as e:  # the OpInfo itself, not the backend
+        out.append(pytest.param(None, None, None, id=f"{key}-nosamples{suffix}",
+                                marks=pytest.mark.skip(reason=f"sample_inputs raised {e!r:.100}")))
+        return out
+    for i, sample in enumerate(samples):
+        marks = []
+        if draws_random(op, sample):
+            marks.append(pytest.mark.skip(reason="not comparable: random (dropout)"))
+        why = lookup(SKIP, key, direction, sample)
+        if why:
+            marks.append(pytest.mark.skip(reason=why))
+        why = lookup(XFAIL, key, direction, sample)
+        if why:
+            marks.append(pytest.mark.xfail(reason=why, strict="(may pass)" not in why))
+        out.append(pytest.param(op, sample, dtype, id=f"{key}-s{i}{suffix}", marks=marks))
     return out
 
 
@@ -439,9 +475,9 @@ def run_disc(fn):
     raise AssertionError(message)
 
 
-@pytest.mark.parametrize("op,sample", params("fwd"))
-def test_forward(op, sample):
-    tol = TOL_BY_OP.get(op_key(op), TOL)
+@pytest.mark.parametrize("op,sample,dtype", params("fwd"))
+def test_forward(op, sample, dtype):
+    tol = tolerance(op, dtype)
     with torch.no_grad():
         expected = reference(op, sample)
         metrics.reset()
@@ -463,9 +499,9 @@ def differentiable(outs):
     return [isinstance(o, torch.Tensor) and o.dtype.is_floating_point and o.requires_grad for o in outs]
 
 
-@pytest.mark.parametrize("op,sample", params("bwd"))
-def test_backward(op, sample, request):
-    tol = TOL_BY_OP.get(op_key(op), TOL)
+@pytest.mark.parametrize("op,sample,dtype", params("bwd"))
+def test_backward(op, sample, dtype, request):
+    tol = tolerance(op, dtype)
     cpu_tensors = tensors_in(sample)
     leaf_idx = [i for i, t in enumerate(cpu_tensors) if t.requires_grad]
     if not leaf_idx:
