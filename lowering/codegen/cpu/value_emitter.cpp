@@ -299,9 +299,19 @@ std::string ValueEmitter::gelu_backward(uint32_t op, const std::string& dy, cons
 
 // self +/- alpha * other, alpha left out when it is 1.
 std::string ValueEmitter::add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in) {
-  std::string b = in.at(1);
-  if (!operand_is_one(op, 2)) b = binary("arith.mulf", scalar_operand(op, 2), b);
-  return binary(arith, in.at(0), b);
+  if (operand_is_one(op, 2)) return binary(arith, in.at(0), in.at(1));
+  std::string alpha = scalar_operand(op, 2);
+  const ir::DType out = p_.ops[op].node->outputs[0].dtype;
+  if (out == ir::DType::kBFloat16 || out == ir::DType::kFloat16) {
+    // ATen's CPU kernel rounds alpha to the tensors' dtype and, in its
+    // vector body, computes fma(other, +-alpha, self) in f32, rounded once.
+    // (Its scalar tail rounds alpha * other first: up to one ulp apart.)
+    if (std::string(arith) == "arith.subf") alpha = unary("arith.negf", alpha);
+    std::string r = fresh();
+    line(r + " = math.fma " + in.at(1) + ", " + round_to(out, alpha) + ", " + in.at(0) + " : " + type_);
+    return r;
+  }
+  return binary(arith, in.at(0), binary("arith.mulf", alpha, in.at(1)));
 }
 
 // self + value * (t1 op t2), torch's order of operations (addcmul_, addcdiv_).
