@@ -124,19 +124,50 @@ TEST(FusionPlan, AnOpWithoutCodegenJoinsNoGroupAndSplitsTheChainAroundIt) {
   EXPECT_TRUE(p.plan.declined.empty());
 }
 
-TEST(FusionPlan, ABf16OpWithAnInputOfAnotherDtypeStaysOutOfTheChain) {
-  // bf16: mul -> add(+ f32 0-dim) -> relu. ATen rounds the f32 operand of
-  // a bf16 add to bf16 first (but not a mul's): the add runs on ATen, and
-  // mul and relu each stay kernels of their own.
-  GraphBuilder b;
+// bf16: mul -> add(+ f32 0-dim) -> relu, on `target`.
+Program bf16_chain_adding_a_number(GraphBuilder& b, Target target, ir::Value* add) {
   auto x = b.param({64, 128}, ir::DType::kBFloat16);
   auto s = b.param({}, ir::DType::kFloat32);
   auto m = b.op("aten::mul.Tensor", {x, x}, {64, 128});
   auto a = b.op("aten::add.Tensor", {m, s}, {64, 128}, {GraphBuilder::scalar(1)});
   auto r = b.op("aten::relu", {a}, {64, 128});
   for (const ir::Value& v : {m, a, r}) v.node->outputs[0].dtype = ir::DType::kBFloat16;
-  Program p = planned({r});
+  *add = a;
+  Program p = make_program(ir::build_graph({r}));
+  p.target = target;
+  run_passes(p, pass_names());
+  return p;
+}
+
+TEST(FusionPlan, ABf16AddOfANumberJoinsTheChainOnTheCpu) {
+  // ATen's CPU add rounds the f32 number to bf16 first; the kernel does
+  // the same (value_emitter.cpp), so mul, add and relu are one kernel.
+  GraphBuilder b;
+  ir::Value a;
+  Program p = bf16_chain_adding_a_number(b, Target::kCpu, &a);
+  EXPECT_GE(p.ops[disc::testing::index_of(p, a)].group, 0);
+  EXPECT_EQ(p.plan.kernels.size(), 1u);
+  EXPECT_TRUE(p.plan.declined.empty());
+}
+
+TEST(FusionPlan, ABf16OpWithANumberItDoesNotTakeStaysOutOfTheChain) {
+  // On the CUDA target no number is taken (its rounding is not ATen CPU's):
+  // the add runs on ATen, and mul and relu each stay kernels of their own.
+  GraphBuilder b;
+  ir::Value a;
+  Program p = bf16_chain_adding_a_number(b, Target::kCuda, &a);
   EXPECT_EQ(p.ops[disc::testing::index_of(p, a)].group, -1);
   EXPECT_EQ(p.groups.size(), 2u);
   EXPECT_TRUE(p.plan.declined.empty());
+  // Nor, on the CPU, by an op other than add, sub, mul and div.
+  GraphBuilder c;
+  auto x = c.param({64, 128}, ir::DType::kBFloat16);
+  auto s = c.param({}, ir::DType::kFloat32);
+  auto m = c.op("aten::mul.Tensor", {x, x}, {64, 128});
+  auto w = c.op("aten::addcmul_", {m, x, s}, {64, 128}, {GraphBuilder::scalar(1)});
+  auto r = c.op("aten::relu", {w}, {64, 128});
+  for (const ir::Value& v : {m, w, r}) v.node->outputs[0].dtype = ir::DType::kBFloat16;
+  Program q = planned({r});
+  EXPECT_EQ(q.ops[disc::testing::index_of(q, w)].group, -1);
+  EXPECT_TRUE(q.plan.declined.empty());
 }

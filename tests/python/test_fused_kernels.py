@@ -271,6 +271,38 @@ def test_reduced_float_add_with_alpha_gives_eagers_bits(op, dtype, counters):
     assert (c["launches.fused"], c["launches.aten"]) == (3, 0)
 
 
+def number(v, dtype=torch.float32):
+    return lambda x: torch.tensor(v, dtype=dtype).to(x.device)
+
+
+# A bf16 (f16) op with a number: a Python float or int, or a 0-dim f32 / f64
+# tensor. ATen's CPU kernels round it to the op's dtype first for add and
+# sub, wherever it is, and for mul and div only when it comes first.
+WITH_NUMBERS = {
+    "mul": lambda x: x * 0.3, "mul_int": lambda x: x * 3, "div": lambda x: x / 0.3,
+    "add": lambda x: x + 0.3, "sub": lambda x: x - 0.1234567, "rsub": lambda x: 0.37 - x,
+    "mul_f32": lambda x: x * number(0.3)(x), "div_f64": lambda x: x / number(0.3, torch.float64)(x),
+    "mul_number_first": lambda x: torch.mul(number(0.3)(x), x),
+    "div_number_first": lambda x: torch.div(number(0.3)(x), x),
+    "add_alpha": lambda x: torch.add(x, 0.3, alpha=0.7),
+    "sub_number_first": lambda x: torch.sub(number(0.3)(x), x, alpha=0.3),
+    "mul_": lambda x: x.clone().mul_(number(0.3)(x)), "add_": lambda x: x.clone().add_(1e-8),
+}
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+@pytest.mark.parametrize("name", list(WITH_NUMBERS))
+def test_reduced_float_ops_with_a_number_fuse_with_eagers_bits(name, dtype, counters):
+    # Each op then a neg (exact): one kernel. Before, such an op ran on ATen
+    # alone (bf16 AdamW's bias corrections and eps, clipping's coefficient).
+    fn = WITH_NUMBERS[name]
+    x = (torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    got = fn(x.to("disc")).neg().cpu()
+    assert same_bits_or_both_nan(got, fn(x).neg())
+    c = counters()
+    assert (c["launches.fused"], c["launches.aten"]) == (1, 0)
+
+
 @pytest.mark.parametrize("dtype", REDUCED, ids=str)
 def test_reduced_float_kernel_writes_a_parameter_update_in_place(dtype, counters):
     # A momentum-like update on bf16 (f16) buffers, w = w * m + g: the

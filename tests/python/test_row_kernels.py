@@ -88,7 +88,6 @@ def test_stitch_ops_are_one_kernel_forward_and_one_backward(name):
     assert (bwd["launches.fused"], bwd["launches.aten"]) == (1, 0)
 
 
-# (A bf16 op with a Python scalar stays on ATen: these take the rows as they are.)
 BF16_SOFTMAXES = {"softmax": lambda x: torch.softmax(x, -1),
                   "log_softmax": lambda x: torch.log_softmax(x, -1),
                   "safe_softmax": lambda x: torch._safe_softmax(x, -1)}

@@ -199,6 +199,22 @@ bool layer_norm_takes_dtypes(const Program& p, uint32_t op, bool backward) {
 
 }  // namespace
 
+std::optional<ScalarRounding> scalar_operand_rounding(Op id) {
+  switch (id) {
+    case Op::kAdd: case Op::kAddInplace: case Op::kSub: case Op::kSubInplace:
+      return ScalarRounding::kAlways;
+    case Op::kMul: case Op::kMulInplace: case Op::kDiv: case Op::kDivInplace:
+      return ScalarRounding::kFirstOnly;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool is_number(const ir::TensorType& t) {
+  return t.sizes.empty() && (t.dtype == ir::DType::kFloat32 || t.dtype == ir::DType::kFloat64 ||
+                             t.dtype == ir::DType::kInt64);
+}
+
 bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   const ir::Node& n = *p.ops[op].node;
   const Op id = op_of(n.op);
@@ -211,8 +227,10 @@ bool codegen_takes_dtypes(const Program& p, uint32_t op) {
     reduced = t.dtype;
   }
   if (!reduced || id == Op::kCopy || id == Op::kToCopy) return true;
+  const bool takes_scalars = p.target == Target::kCpu && scalar_operand_rounding(id).has_value();
   return std::all_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
-    return p.ops[r.node].node->outputs[r.index].dtype == *reduced;
+    const ir::TensorType& t = p.ops[r.node].node->outputs[r.index];
+    return t.dtype == *reduced || (takes_scalars && is_number(t));
   });
 }
 

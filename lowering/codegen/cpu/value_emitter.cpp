@@ -151,7 +151,25 @@ bool ValueEmitter::operand_is_one(uint32_t op, size_t k) const {
          (a.kind == ir::Attr::Kind::kScalarDouble && a.d == 1.0);
 }
 
-std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& in) {
+// A bf16 or f16 op's number operands (is_number) as ATen's CPU kernel
+// reads them: rounded to the op's dtype, or (mul's and div's second
+// operand) in f32.
+std::vector<std::string> ValueEmitter::numbers_as_aten_reads(uint32_t op,
+                                                             std::vector<std::string> in) {
+  const ProgramOp& o = p_.ops[op];
+  const ir::DType out = o.node->outputs[0].dtype;
+  const std::optional<ScalarRounding> rounding = scalar_operand_rounding(op_of(o.node->op));
+  if ((out != ir::DType::kBFloat16 && out != ir::DType::kFloat16) || !rounding) return in;
+  for (size_t k = 0; k < in.size() && k < o.inputs.size(); ++k) {
+    const ir::TensorType& t = p_.ops[o.inputs[k].node].node->outputs[o.inputs[k].index];
+    if (t.dtype == out || !is_number(t)) continue;
+    if (*rounding == ScalarRounding::kAlways || k == 0) in[k] = round_to(out, in[k]);
+  }
+  return in;
+}
+
+std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& inputs) {
+  const std::vector<std::string> in = numbers_as_aten_reads(op, inputs);
   switch (op_of(p_.ops[op].node->op)) {
     // out= variants (SGD's momentum buffer: mul.out(m, buf, out=buf)): the
     // kernel writes a new buffer that then stands for `out`.

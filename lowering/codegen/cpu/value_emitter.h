@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "lowering/codegen/common/group_analysis.h"
 #include "lowering/program.h"
 
 namespace disc::lowering {
@@ -77,6 +78,7 @@ class ValueEmitter {
   std::string int_op(const char* op, const std::string& a, const std::string& b);
   std::string int_select(const char* pred, const std::string& a, const std::string& b,
                          const std::string& then, const std::string& otherwise);
+  std::vector<std::string> numbers_as_aten_reads(uint32_t op, std::vector<std::string> in);
   std::string add_scaled(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string addc(uint32_t op, const char* arith, const std::vector<std::string>& in);
   std::string lerp(uint32_t op, const std::vector<std::string>& in);
