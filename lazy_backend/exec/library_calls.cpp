@@ -111,12 +111,12 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   const at::ScalarType type = a.scalar_type();
   if (type == at::kHalf || (type == at::kBFloat16 && !runtime::onednn_bf16_native())) {
     // Without native bf16, oneDNN emulates it (AVX2: its reference kernels,
-    // ~25x slower than f32). f16 is widened on every CPU: ATen's own f16
-    // GEMM took 28-480 ms by layout where widening takes 4.4 ([1024 x 384]
-    // @ [384 x 1536], AMD EPYC with AVX-512, 2 threads). So: widen the
-    // operands to f32, multiply, round once.
-    // A bf16 or f16 product is exact in f32 and both accumulate in f32, so
-    // the result is the narrow GEMM's up to summation order.
+    // ~25x slower than f32), and ATen's own f16 GEMM took 28-480 ms by
+    // layout where the widened one takes 4.4 ([1024 x 384] @ [384 x 1536],
+    // AMD EPYC with AVX-512, 2 threads). So the operands are widened to f32,
+    // multiplied and the result rounded once: a bf16 or f16 product is
+    // exact in f32 and both GEMMs accumulate in f32, so this is the narrow
+    // GEMM up to summation order.
     static metrics::Named bf16_widened("library.bf16_widened"), f16_widened("library.f16_widened");
     ++(type == at::kHalf ? f16_widened : bf16_widened);
     const at::Tensor b32 = (make_b ? make_b() : b).to(at::kFloat);

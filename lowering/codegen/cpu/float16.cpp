@@ -107,10 +107,7 @@ std::string ValueEmitter::f16_to_f32(const std::string& bits) {
 }
 
 std::string ValueEmitter::round_to_f16(const std::string& value) {
-  std::string bits = fresh();
-  line(bits + " = arith.trunci " + f16_rounded_bits(value) + " : " + vec("i32") + " to " +
-       vec("i16"));
-  return f16_to_f32(bits);
+  return f16_to_f32(f32_to_f16_bits(value));
 }
 
 std::string ValueEmitter::round_to(ir::DType t, const std::string& value) {
