@@ -304,6 +304,24 @@ def test_reduced_float_ops_with_a_number_fuse_with_eagers_bits(name, dtype, coun
 
 
 @pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_reduced_float_where_takes_its_bool_condition_and_a_number(dtype, counters):
+    # Attention masking in bf16: where(mask, scores, number). The number is
+    # rounded to the dtype, as ATen's where casts it.
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(64, 64, generator=g) * 3).to(dtype), torch.randn(64, 64, generator=g).to(dtype)
+    mask = torch.rand(64, 64, generator=g) > 0.3
+
+    def f(mask, x, y):
+        return [torch.where(mask, x, y).neg(), torch.where(mask, x, number(-0.1234567)(x)).neg(),
+                torch.where(mask, number(1e9, torch.float64)(x), x).neg()]
+
+    got = [t.cpu() for t in f(mask.to("disc"), x.to("disc"), y.to("disc"))]
+    assert all(same_bits_or_both_nan(a, e) for a, e in zip(got, f(mask, x, y)))
+    c = counters()
+    assert (c["launches.fused"], c["launches.aten"]) == (3, 0)
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
 def test_reduced_float_kernel_writes_a_parameter_update_in_place(dtype, counters):
     # A momentum-like update on bf16 (f16) buffers, w = w * m + g: the
     # kernel's output takes over the dead input's buffer (same dtype and size).

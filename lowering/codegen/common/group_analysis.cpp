@@ -201,7 +201,7 @@ bool layer_norm_takes_dtypes(const Program& p, uint32_t op, bool backward) {
 
 std::optional<ScalarRounding> scalar_operand_rounding(Op id) {
   switch (id) {
-    case Op::kAdd: case Op::kAddInplace: case Op::kSub: case Op::kSubInplace:
+    case Op::kAdd: case Op::kAddInplace: case Op::kSub: case Op::kSubInplace: case Op::kWhere:
       return ScalarRounding::kAlways;
     case Op::kMul: case Op::kMulInplace: case Op::kDiv: case Op::kDivInplace:
       return ScalarRounding::kFirstOnly;
@@ -227,11 +227,15 @@ bool codegen_takes_dtypes(const Program& p, uint32_t op) {
     reduced = t.dtype;
   }
   if (!reduced || id == Op::kCopy || id == Op::kToCopy) return true;
-  const bool takes_scalars = p.target == Target::kCpu && scalar_operand_rounding(id).has_value();
-  return std::all_of(p.ops[op].inputs.begin(), p.ops[op].inputs.end(), [&](const ir::GraphRef& r) {
-    const ir::TensorType& t = p.ops[r.node].node->outputs[r.index];
-    return t.dtype == *reduced || (takes_scalars && is_number(t));
-  });
+  const bool cpu = p.target == Target::kCpu;
+  const bool takes_numbers = cpu && scalar_operand_rounding(id).has_value();
+  const std::vector<ir::GraphRef>& inputs = p.ops[op].inputs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const ir::TensorType& t = p.ops[inputs[k].node].node->outputs[inputs[k].index];
+    const bool condition = cpu && id == Op::kWhere && k == 0 && t.dtype == ir::DType::kBool;
+    if (t.dtype != *reduced && !(takes_numbers && is_number(t)) && !condition) return false;
+  }
+  return true;
 }
 
 std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why) {

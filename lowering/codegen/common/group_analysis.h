@@ -23,18 +23,19 @@ std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, s
 
 // Whether generated kernels take op's dtypes: f32 and reduced_float
 // outputs, and a bf16 (f16) op's inputs bf16 (f16) too unless it is a cast
-// (copy, _to_copy), or, on the CPU, a number (is_number) that add, sub,
-// mul or div reads as ATen's CPU kernels do (scalar_operand_rounding).
-// Other ops with a number of another dtype stay ATen's. Layer norm and its
-// backward: bf16 or f16 rows with f32 weights, as autocast mixes them.
+// (copy, _to_copy), or, on the CPU, where's bool condition or a number
+// (is_number) that add, sub, mul, div or where reads as ATen's CPU kernels
+// do (scalar_operand_rounding). Other ops with an input of another dtype
+// stay ATen's. Layer norm and its backward: bf16 or f16 rows with f32
+// weights, as autocast mixes them.
 bool codegen_takes_dtypes(const Program& p, uint32_t op);
 
 // A 0-dim f32, f64 or int64 tensor: a Python number as torch passes it
 // (x * 0.5), or a 0-dim tensor (clipping's coefficient).
 bool is_number(const ir::TensorType& t);
 
-// How ATen's CPU kernel reads a number operand of a bf16 or f16 op:
-// add and sub round it to the op's dtype first, wherever it is; mul and
+// How ATen's CPU kernel reads a number operand of a bf16 or f16 op: add,
+// sub and where round it to the op's dtype first, wherever it is; mul and
 // div read it in f32 when it is the second operand (their scalar fast
 // path) and round it when it is the first. nullopt: an op whose number
 // operands generated kernels do not take.
