@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "lazy_backend/base/metrics.h"
 #include "lazy_backend/trace/tensor_data.h"
 
 namespace disc {
@@ -43,6 +44,7 @@ struct KernelArgs {
   c10::SmallVector<int64_t, 64> strides;  // input k, axis a at k * rank + a; 0 broadcasts
   c10::SmallVector<double, 8> scalars;
   c10::SmallVector<at::Tensor, 4> outputs;
+  c10::SmallVector<at::Tensor, 2> cast_inputs;  // kept alive while the kernel reads them
   bool by_column = false;  // a kPerColumn output: chunks of rows write partial sums
   int64_t chunks = 1;
   // Per-column outputs are [chunks, n] partial sums; when they are the
@@ -50,6 +52,21 @@ struct KernelArgs {
   // own sizes, the same elements in the same order.
   bool partials_are_result = true;
 };
+
+// `t` in the dtype the kernel was generated for. An ATen kernel may return
+// another dtype than its meta kernel, from which the graph took its types
+// (ATen's CPU mkldnn_rnn_layer_backward returns f32 gradients for bf16
+// inputs): read as the traced dtype, its bytes would be garbage. Cast, as
+// eager's autograd casts a gradient to its input's dtype; counted
+// (launches.dtype_casts).
+const at::Tensor& as_traced(const at::Tensor& t, ir::DType traced, KernelArgs& a) {
+  const at::ScalarType want = to_aten(traced);
+  if (t.scalar_type() == want) return t;
+  static metrics::Named casts("launches.dtype_casts");
+  ++casts;
+  a.cast_inputs.push_back(t.to(want));
+  return a.cast_inputs.back();
+}
 
 // Sizes, input pointers and broadcast strides, runtime scalars of this graph.
 // (Small vectors throughout: a launch costs a handful of heap allocations
@@ -64,8 +81,9 @@ KernelArgs kernel_args(const lowering::FusedKernel& spec, const ir::Graph& g,
   a.sizes.insert(a.sizes.begin(), R - std::min<size_t>(R, a.sizes.size()), 1);
   for (int64_t s : a.sizes) a.numel *= s;
   for (size_t d = 0; d + 1 < a.sizes.size(); ++d) a.rows *= a.sizes[d];
-  for (const ir::GraphRef& r : spec.inputs) {
-    const at::Tensor& t = values[r.node][r.index];
+  for (size_t k = 0; k < spec.inputs.size(); ++k) {
+    const ir::GraphRef& r = spec.inputs[k];
+    const at::Tensor& t = as_traced(values[r.node][r.index], spec.input_dtypes[k], a);
     a.inputs.push_back(t.data_ptr());
     const int64_t lead = static_cast<int64_t>(R) - t.dim();
     for (uint32_t d = 0; d < R; ++d) {
@@ -101,7 +119,8 @@ void allocate_outputs(const lowering::FusedKernel& spec, const ir::Graph& g,
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
     const KernelOutput& o = spec.outputs[j];
     const ir::TensorType& type = g.nodes[o.op].node->outputs[o.index];
-    a.outputs.push_back(j < into.size() && into[j].defined() ? into[j]
+    const bool reuse = j < into.size() && into[j].defined() && into[j].scalar_type() == to_aten(type.dtype);
+    a.outputs.push_back(reuse ? into[j]
                         : o.extent == KernelOutput::Extent::kPerColumn && !a.partials_are_result
                             ? new_float_tensor({a.chunks, a.sizes.back()})
                             : new_tensor(type.sizes, to_aten(type.dtype)));

@@ -285,6 +285,20 @@ void call_kernel(const c10::OperatorHandle& op, const ir::Node& n, torch::jit::S
   }
 }
 
+// Outputs whose dtype is not the traced one, which the op's meta kernel
+// gave (ATen's CPU mkldnn_rnn_layer_backward returns f32 gradients for bf16
+// inputs; native_layer_norm bf16 mean and rstd where its meta says f32).
+// They stay as ATen made them, for the ATen kernels that read them; a
+// generated kernel casts what it reads (kernel_launch.cpp). Counted:
+// replay.dtype_mismatches.<op>.
+void count_dtype_mismatches(const ir::Node& n, const std::vector<at::Tensor>& outs) {
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const ir::TensorType& traced = n.outputs[k];
+    if (outs[k].defined() && !traced.undefined && outs[k].scalar_type() != to_aten(traced.dtype))
+      metrics::bump("replay.dtype_mismatches." + ir::op_name(n.op));
+  }
+}
+
 // The node's outputs: the kernel's fresh returns, then the mutated inputs.
 std::vector<at::Tensor> node_outputs(const c10::OperatorHandle& op, const ir::Node& n,
                                      const torch::jit::Stack& stack, const std::vector<at::Tensor>& ins) {
@@ -305,6 +319,7 @@ std::vector<at::Tensor> node_outputs(const c10::OperatorHandle& op, const ir::No
   TORCH_INTERNAL_ASSERT(outs.size() == n.outputs.size(), "disc: ", ir::op_name(n.op),
                         " replay gave ", outs.size(), " outputs, expected ",
                         n.outputs.size());
+  count_dtype_mismatches(n, outs);
   return outs;
 }
 

@@ -204,3 +204,35 @@ def test_lstm_variants_match_float64(case, counters):
     else:
         assert_matches_float64(module, [x])
     assert counters().get("fallbacks", 0) == 0
+
+
+def test_bf16_lstm_gradients_take_their_traced_dtype_as_in_eager(counters):
+    # Under bf16 autocast ATen's CPU mkldnn_rnn_layer_backward returns f32
+    # weight gradients where its meta kernel (and so the trace) says bf16.
+    # A kernel fusing the gradient's cast with the SGD update read those f32
+    # bytes as bf16: parameters of 1e30 after one step. A kernel now casts
+    # such an input to the dtype it was generated for, as eager's autograd
+    # casts a gradient to its input's dtype: eager's parameters to the bit.
+    torch.manual_seed(0)
+    lstm = nn.LSTM(16, 24, batch_first=True)
+    x = torch.randn(4, 8, 16)
+
+    def step(device):
+        m = copy.deepcopy(lstm).to(device)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = m(x.to(device))[0]
+        out.float().pow(2).mean().backward()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.sub_(0.01 * p.grad)
+        return [p.detach().cpu() for p in m.parameters()]
+
+    want = step("cpu")
+    got = step("disc")
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    c = counters()
+    # Seven f32 returns (the input's, four weights' and two states'
+    # gradients); the four weight gradients each read by a kernel.
+    assert c["replay.dtype_mismatches.aten::mkldnn_rnn_layer_backward"] == 7
+    assert c["launches.dtype_casts"] == 4
+    assert c["launches.fused"] >= 4 and c["fallbacks"] == 0
