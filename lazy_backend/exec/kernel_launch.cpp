@@ -119,7 +119,8 @@ void allocate_outputs(const lowering::FusedKernel& spec, const ir::Graph& g,
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
     const KernelOutput& o = spec.outputs[j];
     const ir::TensorType& type = g.nodes[o.op].node->outputs[o.index];
-    const bool reuse = j < into.size() && into[j].defined() && into[j].scalar_type() == to_aten(type.dtype);
+    const bool reuse =
+        j < into.size() && into[j].defined() && into[j].scalar_type() == to_aten(type.dtype);
     a.outputs.push_back(reuse ? into[j]
                         : o.extent == KernelOutput::Extent::kPerColumn && !a.partials_are_result
                             ? new_float_tensor({a.chunks, a.sizes.back()})
