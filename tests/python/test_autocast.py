@@ -1,6 +1,8 @@
 """torch.autocast("disc"): the CPU autocast policy (which ops run in the
 lower-precision dtype, which in float32, which promote), GradScaler, and
 mixed-precision training that matches CPU autocast."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -114,3 +116,27 @@ def test_reduced_float_convolutions_run_on_onednn(n, ci, co, size, k, stride, pa
     widened = 0 if dtype == torch.bfloat16 and torch_disc._C.bf16_native() else 2
     key = "library.bf16_widened" if dtype == torch.bfloat16 else "library.f16_widened"
     assert c.get(key, 0) == widened
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_group_norm_under_autocast_trains_as_eager(dtype, counters):
+    # native_group_norm is recorded whole and run by ATen's CPU kernel, which
+    # takes a bf16 (f16) input with f32 weights and returns the input's
+    # dtype. PyTorch's decomposition promoted it to f32, and its backward then
+    # refused the f32 gradient (wav2vec2 could not train under autocast).
+    torch.manual_seed(0)
+    conv, norm = torch.nn.Conv1d(1, 8, 5), torch.nn.GroupNorm(4, 8)
+    x = torch.randn(2, 1, 40)
+
+    def step(device):
+        c, g = copy.deepcopy(conv).to(device), copy.deepcopy(norm).to(device)
+        with torch.autocast(device, dtype=dtype):
+            y = g(c(x.to(device)))
+        F.gelu(y).float().pow(2).sum().backward()
+        return [y.dtype] + [t.detach().cpu() for t in (y, c.weight.grad, g.weight.grad, g.bias.grad)]
+
+    want, got = step("cpu"), step("disc")
+    assert got[0] == want[0] == dtype
+    assert all(torch.equal(a, e) for a, e in zip(got[1:], want[1:]))
+    c = counters()
+    assert c["fallbacks"] == 0 and c["replay.dtype_mismatches.aten::native_group_norm"] >= 1
