@@ -159,7 +159,7 @@ std::vector<std::string> ValueEmitter::numbers_as_aten_reads(uint32_t op,
   const ProgramOp& o = p_.ops[op];
   const ir::DType out = o.node->outputs[0].dtype;
   const std::optional<ScalarRounding> rounding = scalar_operand_rounding(op_of(o.node->op));
-  if ((out != ir::DType::kBFloat16 && out != ir::DType::kFloat16) || !rounding) return in;
+  if (!reduced_float(p_, out) || !rounding) return in;
   for (size_t k = 0; k < in.size() && k < o.inputs.size(); ++k) {
     const ir::TensorType& t = p_.ops[o.inputs[k].node].node->outputs[o.inputs[k].index];
     if (t.dtype == out || !is_number(t)) continue;
@@ -320,7 +320,7 @@ std::string ValueEmitter::add_scaled(uint32_t op, const char* arith, const std::
   if (operand_is_one(op, 2)) return binary(arith, in.at(0), in.at(1));
   std::string alpha = scalar_operand(op, 2);
   const ir::DType out = p_.ops[op].node->outputs[0].dtype;
-  if (out == ir::DType::kBFloat16 || out == ir::DType::kFloat16) {
+  if (reduced_float(p_, out)) {
     // ATen's CPU kernel rounds alpha to the tensors' dtype and, in its
     // vector body, computes fma(other, +-alpha, self) in f32, rounded once.
     // (Its scalar tail rounds alpha * other first: up to one ulp apart.)
