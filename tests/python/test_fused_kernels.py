@@ -322,6 +322,27 @@ def test_reduced_float_where_takes_its_bool_condition_and_a_number(dtype, counte
 
 
 @pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_reduced_float_dropout_backward_takes_its_bool_mask(dtype, counters):
+    # Autocast's backward of a bf16 (f16) dropout after a layer norm: the
+    # f32 grad cast down, then grad * mask * scale. One kernel with the
+    # cast, eager's bits (inf, nan and -0 included); it ran on ATen, which
+    # promotes the mask to a tensor of the dtype and multiplies twice.
+    g = torch.Generator().manual_seed(0)
+    grad = torch.randn(8, 64, 384, generator=g) * 3
+    grad[0, 0, :4] = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0])
+    mask = torch.rand(8, 64, 384, generator=g) > 0.1
+
+    def f(grad, mask, scale):
+        return torch.ops.aten.native_dropout_backward(grad.to(dtype), mask, scale)
+
+    for scale in (1 / 0.9, 1 / 0.3):
+        got = f(grad.to("disc"), mask.to("disc"), scale).cpu()
+        assert same_bits_or_both_nan(got, f(grad, mask, scale)), scale
+    c = counters()
+    assert (c["launches.fused"], c["launches.aten"]) == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
 def test_reduced_float_kernel_writes_a_parameter_update_in_place(dtype, counters):
     # A momentum-like update on bf16 (f16) buffers, w = w * m + g: the
     # kernel's output takes over the dead input's buffer (same dtype and size).

@@ -197,6 +197,14 @@ bool layer_norm_takes_dtypes(const Program& p, uint32_t op, bool backward) {
   return operand_dtype(p, op, backward ? 5 : 2) == ir::DType::kFloat32;
 }
 
+// A bf16 (f16) op's bool operand, read as 0 or 1: where's condition, and
+// dropout's mask, which ATen's CPU backward multiplies exactly
+// (grad * mask), then by the scale read in f32, rounding once.
+bool bool_operand(Op id, size_t k, const ir::TensorType& t) {
+  if (t.dtype != ir::DType::kBool) return false;
+  return (id == Op::kWhere && k == 0) || (id == Op::kNativeDropoutBackward && k == 1);
+}
+
 }  // namespace
 
 std::optional<ScalarRounding> scalar_operand_rounding(Op id) {
@@ -232,8 +240,8 @@ bool codegen_takes_dtypes(const Program& p, uint32_t op) {
   const std::vector<ir::GraphRef>& inputs = p.ops[op].inputs;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const ir::TensorType& t = p.ops[inputs[k].node].node->outputs[inputs[k].index];
-    const bool condition = cpu && id == Op::kWhere && k == 0 && t.dtype == ir::DType::kBool;
-    if (t.dtype != *reduced && !(takes_numbers && is_number(t)) && !condition) return false;
+    if (t.dtype != *reduced && !(takes_numbers && is_number(t)) && !(cpu && bool_operand(id, k, t)))
+      return false;
   }
   return true;
 }
