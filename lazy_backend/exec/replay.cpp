@@ -203,6 +203,17 @@ at::Tensor grouped_mm_operand(const at::Tensor& t) {
   return grouped_mm_layout(column_major) ? column_major : row_major;
 }
 
+// Ops whose CPU kernels read inputs of any strides as the same values,
+// besides the layout-agnostic ones: permute (then a view, as when a
+// [B, L, H, D]-laid-out attention output is stored for a later graph),
+// and disc's attention, which reads strided heads (attention_ops.cpp).
+bool reads_any_strides(uint32_t op) {
+  static const uint32_t attention = ir::intern_op("disc::attention"),
+                        attention_backward = ir::intern_op("disc::attention_backward");
+  return lowering::is_layout_agnostic(op) || lowering::op_of(op) == lowering::Op::kPermute ||
+         op == attention || op == attention_backward;
+}
+
 // Inputs the op writes: its own copy unless the plan lets it write the
 // buffer in place (then the version is bumped, as ADInplaceOrView would).
 void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::vector<bool>* in_place) {
@@ -216,10 +227,12 @@ void prepare_inputs(const ir::Node& n, std::vector<at::Tensor>& ins, const std::
   static const uint32_t grouped_mm = ir::intern_op("aten::_grouped_mm");
   if (n.op == grouped_mm) {
     for (size_t i = 0; i < 2; ++i) ins[i] = grouped_mm_operand(ins[i]);
-  } else if (!lowering::is_layout_agnostic(n.op)) {
+  } else if (!reads_any_strides(n.op)) {
     for (size_t i = 0; i < ins.size(); ++i)
-      if (ins[i].defined() && !ins[i].is_contiguous() && !is_mutated(n, i))
+      if (ins[i].defined() && !ins[i].is_contiguous() && !is_mutated(n, i)) {
         ins[i] = ins[i].contiguous();
+        metrics::bump("replay.contiguous_copies." + ir::op_name(n.op));
+      }
   }
   for (size_t j = 0; j < n.mutated.size(); ++j) {
     if (!in_place || !(*in_place)[j]) {

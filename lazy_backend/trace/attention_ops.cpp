@@ -65,8 +65,34 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const optio
                 kOp, ": the mask must be bool, float32 or q's dtype, got ", mask->scalar_type());
 }
 
-// The kernels compute in float32, dense.
-Tensor widened(const Tensor& t) { return t.to(at::kFloat).contiguous(); }
+// The kernels compute in float32 and read rows whose elements are
+// contiguous; the heads may be strided (q, k and v as a projection's
+// [B, L, H, D] output viewed as [B, H, L, D]). A cast keeps a dense
+// tensor's strides.
+Tensor widened(const Tensor& t) {
+  const Tensor f = t.to(at::kFloat);
+  return f.size(3) <= 1 || f.stride(3) == 1 ? f : f.contiguous();
+}
+
+// Head `bh` (batch bh / heads, head bh % heads) of a [B, H, L, D] tensor.
+int64_t head_offset(const Tensor& t, int64_t bh, int64_t heads) {
+  return (bh / heads) * t.stride(0) + (bh % heads) * t.stride(1);
+}
+
+runtime::InRows head_in(const Tensor& t, int64_t bh, int64_t heads) {
+  return {t.const_data_ptr<float>() + head_offset(t, bh, heads), t.stride(2)};
+}
+
+runtime::OutRows head_out(Tensor& t, int64_t bh, int64_t heads) {
+  return {t.data_ptr<float>() + head_offset(t, bh, heads), t.stride(2)};
+}
+
+// [B, H, L, D] laid out as [B, L, H, D], as ATen's flash kernels lay out
+// their outputs: viewed back as [B, L, H * D] (the heads' concatenation,
+// the output projection's input) they need no copy.
+Tensor empty_heads_last(int64_t b, int64_t heads, int64_t l, int64_t d, const at::TensorOptions& o) {
+  return at::empty({b, l, heads, d}, o).transpose(1, 2);
+}
 
 // One head's part of the call: its sizes, mask view and dropout stream.
 struct Heads {
@@ -107,22 +133,28 @@ Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional
   return hs;
 }
 
+// out is [B, H, Lq, Dv] laid out as [B, Lq, H, Dv] (heads_last), as the
+// meta kernel says, or dense.
 std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                    const optional<Tensor>& mask, double dropout_p, bool is_causal,
-                                   double scale, const Tensor& seed, bool nan_when_all_masked) {
+                                   double scale, const Tensor& seed, bool nan_when_all_masked,
+                                   bool heads_last) {
   check_inputs(q_in, k_in, v_in, mask);
   const Tensor q = widened(q_in), k = widened(k_in), v = widened(v_in);
   Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
   hs.head.nan_when_all_masked = nan_when_all_masked;
   const runtime::AttentionHead& h = hs.head;
-  Tensor out = at::empty({q.size(0), q.size(1), h.lq, h.dv}, q.options());
-  Tensor lse = at::empty({q.size(0), q.size(1), h.lq}, q.options());
-  const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
-  float *op = out.data_ptr<float>(), *lp = lse.data_ptr<float>();
+  const int64_t b = q.size(0), heads = q.size(1), kv_heads = k.size(1);
+  Tensor out = heads_last ? empty_heads_last(b, heads, h.lq, h.dv, q.options())
+                          : at::empty({b, heads, h.lq, h.dv}, q.options());
+  Tensor lse = at::empty({b, heads, h.lq}, q.options());
+  float* lp = lse.data_ptr<float>();
   at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t bh = b0; bh < b1; ++bh)
-      runtime::attention_forward(hs.at(bh), qp + bh * h.lq * h.d, kp + hs.kv(bh) * h.lk * h.d,
-                                 vp + hs.kv(bh) * h.lk * h.dv, op + bh * h.lq * h.dv, lp + bh * h.lq);
+    for (int64_t bh = b0; bh < b1; ++bh) {
+      const int64_t kvh = hs.kv(bh);
+      runtime::attention_forward(hs.at(bh), head_in(q, bh, heads), head_in(k, kvh, kv_heads),
+                                 head_in(v, kvh, kv_heads), head_out(out, bh, heads), lp + bh * h.lq);
+    }
   });
   return {out.to(q_in.scalar_type()), lse};
 }
@@ -130,7 +162,7 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const
 std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const optional<Tensor>& mask, double dropout_p,
                                          bool is_causal, double scale, const Tensor& seed) {
-  return forward(q, k, v, mask, dropout_p, is_causal, scale, seed, false);
+  return forward(q, k, v, mask, dropout_p, is_causal, scale, seed, false, true);
 }
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
@@ -144,24 +176,26 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
   const runtime::AttentionHead& h = hs.head;
   // Grouped heads: each query head's share of its key head's gradients,
   // summed over the group after.
-  const int64_t b = q.size(0), heads = q.size(1);
-  Tensor dq = at::empty(q.sizes(), q.options()),
-         dk = at::empty({b, heads, h.lk, h.d}, k.options()),
-         dv = at::empty({b, heads, h.lk, h.dv}, v.options());
+  const int64_t b = q.size(0), heads = q.size(1), kv_heads = k.size(1);
+  const bool grouped = hs.group > 1;
+  Tensor dq = empty_heads_last(b, heads, h.lq, h.d, q.options());
+  Tensor dk = grouped ? at::empty({b, heads, h.lk, h.d}, k.options())
+                      : empty_heads_last(b, heads, h.lk, h.d, k.options());
+  Tensor dv = grouped ? at::empty({b, heads, h.lk, h.dv}, v.options())
+                      : empty_heads_last(b, heads, h.lk, h.dv, v.options());
+  const float* lp = lse.const_data_ptr<float>();
   at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t bh = b0; bh < b1; ++bh) {
-      const int64_t qo = bh * h.lq * h.d, ko = hs.kv(bh) * h.lk * h.d,
-                    vo = hs.kv(bh) * h.lk * h.dv, oo = bh * h.lq * h.dv;
-      runtime::attention_backward(hs.at(bh), q.const_data_ptr<float>() + qo, k.const_data_ptr<float>() + ko,
-                                  v.const_data_ptr<float>() + vo, out.const_data_ptr<float>() + oo,
-                                  lse.const_data_ptr<float>() + bh * h.lq, go.const_data_ptr<float>() + oo,
-                                  dq.data_ptr<float>() + qo, dk.data_ptr<float>() + bh * h.lk * h.d,
-                                  dv.data_ptr<float>() + bh * h.lk * h.dv);
+      const int64_t kvh = hs.kv(bh);
+      runtime::attention_backward(hs.at(bh), head_in(q, bh, heads), head_in(k, kvh, kv_heads),
+                                  head_in(v, kvh, kv_heads), head_in(out, bh, heads), lp + bh * h.lq,
+                                  head_in(go, bh, heads), head_out(dq, bh, heads),
+                                  head_out(dk, bh, heads), head_out(dv, bh, heads));
     }
   });
-  if (hs.group > 1) {
-    dk = dk.view({b, k.size(1), hs.group, h.lk, h.d}).sum(2);
-    dv = dv.view({b, k.size(1), hs.group, h.lk, h.dv}).sum(2);
+  if (grouped) {
+    dk = dk.view({b, kv_heads, hs.group, h.lk, h.d}).sum(2);
+    dv = dv.view({b, kv_heads, hs.group, h.lk, h.dv}).sum(2);
   }
   const auto dtype = q_in.scalar_type();
   return {dq.to(dtype), dk.to(dtype), dv.to(dtype)};
@@ -171,7 +205,7 @@ std::tuple<Tensor, Tensor> attention_meta(const Tensor& q, const Tensor& k, cons
                                           const optional<Tensor>& mask, double, bool, double,
                                           const Tensor&) {
   check_inputs(q, k, v, mask);
-  return {at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
+  return {empty_heads_last(q.size(0), q.size(1), q.size(2), v.size(3), q.options()),
           at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))};
 }
 
@@ -179,8 +213,12 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward_meta(
     const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask,
     const Tensor&, const Tensor&, double, bool, double, const Tensor&) {
   check_inputs(q, k, v, mask);
-  return {at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options()),
-          at::empty(v.sizes(), v.options())};
+  // As the CPU kernel lays them out; grouped heads' sums are dense.
+  auto like = [&](const Tensor& t) {
+    return k.size(1) == q.size(1) ? empty_heads_last(t.size(0), t.size(1), t.size(2), t.size(3), t.options())
+                                  : at::empty(t.sizes(), t.options());
+  };
+  return {empty_heads_last(q.size(0), q.size(1), q.size(2), q.size(3), q.options()), like(k), like(v)};
 }
 
 double scale_of(const Tensor& q, optional<double> scale) {
@@ -254,7 +292,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 Tensor attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
                              const optional<Tensor>& mask, double scale, bool nan_when_all_masked) {
-  return std::get<0>(forward(q, k, v, mask, 0.0, false, scale, Tensor(), nan_when_all_masked));
+  return std::get<0>(forward(q, k, v, mask, 0.0, false, scale, Tensor(), nan_when_all_masked, false));
 }
 
 }  // namespace disc

@@ -163,10 +163,13 @@ DISC_VECTOR_ROWS void gradient_row(float* s, float* g, const bool* kept, int64_t
 }
 
 // Per-thread scratch: a block's scores (and, backward, their gradients) and
-// one row's dropout mask.
+// one row's dropout mask; and dense copies of strided heads (a head's k and
+// v, a block's rows of the others), which the GEMMs take. Copied while the
+// head is worked on, they are read again from cache.
 struct Scratch {
   std::vector<float> s, g, partial;
   std::vector<char> kept;
+  std::vector<float> q, k, v, o, go, out, dk, dv;
 };
 
 Scratch& scratch() {
@@ -202,6 +205,37 @@ void gemm_into(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOpe
   add_into(c, partial.data(), m * n);
 }
 
+// x's first `rows` rows ([rows, cols]) as a dense matrix: x itself, or a
+// copy in `buf`.
+const float* dense(InRows x, int64_t rows, int64_t cols, std::vector<float>& buf) {
+  if (x.stride == cols || rows <= 1) return x.data;
+  buf.resize(rows * cols);
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(buf.data() + i * cols, x.data + i * x.stride, cols * sizeof(float));
+  return buf.data();
+}
+
+InRows rows_from(InRows x, int64_t first) { return {x.data + first * x.stride, x.stride}; }
+OutRows rows_from(OutRows x, int64_t first) { return {x.data + first * x.stride, x.stride}; }
+
+// Where a GEMM writes x's [rows, cols] block: x itself when dense, else
+// `buf`, which store_rows then copies into x.
+float* dense_target(OutRows x, int64_t rows, int64_t cols, std::vector<float>& buf) {
+  if (x.stride == cols || rows <= 1) return x.data;
+  buf.resize(rows * cols);
+  return buf.data();
+}
+
+void store_rows(OutRows x, const float* block, int64_t rows, int64_t cols) {
+  if (block == x.data) return;
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(x.data + i * x.stride, block + i * cols, cols * sizeof(float));
+}
+
+void fill_rows(OutRows x, int64_t rows, int64_t cols, float value) {
+  for (int64_t i = 0; i < rows; ++i) std::fill(x.data + i * x.stride, x.data + i * x.stride + cols, value);
+}
+
 int64_t stream_index(const AttentionHead& h, int64_t i) { return h.stream_offset + i * h.lk; }
 
 // Row i's first n scores through dropout, as `scale` * the kept ones.
@@ -218,22 +252,25 @@ int64_t keys_seen(const AttentionHead& h, int64_t i0, int64_t r) {
   return h.causal ? std::min(h.lk, i0 + r) : h.lk;
 }
 
-DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, const float* q, const float* k,
-                                  const float* v, float* o, float* lse) {
+DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k_in, InRows v_in,
+                                  OutRows o, float* lse) {
   Scratch& sc = scratch();
   const int64_t rows = block_rows(h), lk = h.lk;
   sc.s.resize(rows * lk);
   sc.kept.resize(lk);
+  const float* k = dense(k_in, lk, h.d, sc.k);
+  const float* v = dense(v_in, lk, h.dv, sc.v);
   const float inv_keep = h.dropout_p > 0 ? 1.f / (1.f - h.dropout_p) : 1.f;
   for (int64_t i0 = 0; i0 < h.lq; i0 += rows) {
     const int64_t r = std::min(rows, h.lq - i0), n = keys_seen(h, i0, r);
-    float* o_rows = o + i0 * h.dv;
+    const OutRows o_rows = rows_from(o, i0);
     if (n == 0) {  // a causal block before the first key: every score masked
-      std::fill(o_rows, o_rows + r * h.dv, 0.f);
+      fill_rows(o_rows, r, h.dv, 0.f);
       std::fill(lse + i0, lse + i0 + r, kInf);
       continue;
     }
-    gemm(r, n, h.d, row_major(q + i0 * h.d, h.d), transpose_of(k, h.d), sc.s.data());
+    gemm(r, n, h.d, row_major(dense(rows_from(q_in, i0), r, h.d, sc.q), h.d), transpose_of(k, h.d),
+         sc.s.data());
     for (int64_t i = i0; i < i0 + r; ++i) {
       float* s = sc.s.data() + (i - i0) * n;
       scores_row(h, i, s, n);
@@ -248,18 +285,25 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, const float* q, const
       if (h.dropout_p > 0) drop(h, i, s, n, inv_keep / sum, sc);
       else scale_row(s, n, 1.f / sum);
     }
-    gemm(r, h.dv, n, row_major(sc.s.data(), n), row_major(v, h.dv), o_rows);
+    float* out = dense_target(o_rows, r, h.dv, sc.out);
+    gemm(r, h.dv, n, row_major(sc.s.data(), n), row_major(v, h.dv), out);
+    store_rows(o_rows, out, r, h.dv);
   }
 }
 
-DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, const float* q, const float* k,
-                                   const float* v, const float* o, const float* lse,
-                                   const float* grad_o, float* dq, float* dk, float* dv) {
+DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows k_in, InRows v_in,
+                                   InRows o_in, const float* lse, InRows grad_o, OutRows dq_out,
+                                   OutRows dk_out, OutRows dv_out) {
   Scratch& sc = scratch();
   const int64_t rows = block_rows(h), lk = h.lk;
   sc.s.resize(rows * lk);
   sc.g.resize(rows * lk);
   sc.kept.resize(lk);
+  const float* k = dense(k_in, lk, h.d, sc.k);
+  const float* v = dense(v_in, lk, h.dv, sc.v);
+  // dk and dv add up over the blocks, in place when dense.
+  float* dk = dense_target(dk_out, lk, h.d, sc.dk);
+  float* dv = dense_target(dv_out, lk, h.dv, sc.dv);
   const float inv_keep = h.dropout_p > 0 ? 1.f / (1.f - h.dropout_p) : 1.f;
   // The first block writes dk and dv, the others add; causal blocks see
   // fewer keys than the next ones, so there every block adds.
@@ -269,12 +313,14 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, const float* q, cons
   }
   for (int64_t i0 = 0; i0 < h.lq; i0 += rows) {
     const int64_t r = std::min(rows, h.lq - i0), n = keys_seen(h, i0, r);
-    const float* q_rows = q + i0 * h.d;
-    const float* go_rows = grad_o + i0 * h.dv;
+    const OutRows dq_rows = rows_from(dq_out, i0);
     if (n == 0) {
-      std::fill(dq + i0 * h.d, dq + (i0 + r) * h.d, 0.f);
+      fill_rows(dq_rows, r, h.d, 0.f);
       continue;
     }
+    const float* q_rows = dense(rows_from(q_in, i0), r, h.d, sc.q);
+    const float* o_rows = dense(rows_from(o_in, i0), r, h.dv, sc.o);
+    const float* go_rows = dense(rows_from(grad_o, i0), r, h.dv, sc.go);
     gemm(r, n, h.d, row_major(q_rows, h.d), transpose_of(k, h.d), sc.s.data());
     gemm(r, n, h.dv, row_major(go_rows, h.dv), transpose_of(v, h.dv), sc.g.data());
     for (int64_t i = i0; i < i0 + r; ++i) {
@@ -282,7 +328,9 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, const float* q, cons
       float* g = sc.g.data() + (i - i0) * n;
       // sum_j p_ij dP_ij = dO_i . O_i: the softmax backward's row term.
       float delta = 0.f;
-      for (int64_t c = 0; c < h.dv; ++c) delta += grad_o[i * h.dv + c] * o[i * h.dv + c];
+      const float* go_i = go_rows + (i - i0) * h.dv;
+      const float* o_i = o_rows + (i - i0) * h.dv;
+      for (int64_t c = 0; c < h.dv; ++c) delta += go_i[c] * o_i[c];
       scores_row(h, i, s, n);
       exp_row(s, n, lse[i]);
       const bool* kept = nullptr;
@@ -294,67 +342,65 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, const float* q, cons
     }
     const bool add = h.causal || i0 > 0;
     gemm_into(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc.partial);
-    gemm(r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq + i0 * h.d);
+    float* dq = dense_target(dq_rows, r, h.d, sc.out);
+    gemm(r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq);
+    store_rows(dq_rows, dq, r, h.d);
     gemm_into(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
   }
+  store_rows(dk_out, dk, lk, h.d);
+  store_rows(dv_out, dv, lk, h.dv);
 }
 
-using ForwardFn = void (*)(const AttentionHead&, const float*, const float*, const float*, float*,
-                           float*);
-using BackwardFn = void (*)(const AttentionHead&, const float*, const float*, const float*,
-                            const float*, const float*, const float*, float*, float*, float*);
+using ForwardFn = void (*)(const AttentionHead&, InRows, InRows, InRows, OutRows, float*);
+using BackwardFn = void (*)(const AttentionHead&, InRows, InRows, InRows, InRows, const float*,
+                            InRows, OutRows, OutRows, OutRows);
 
-DISC_AT_AVX512 void forward_avx512(const AttentionHead& h, const float* q, const float* k,
-                                   const float* v, float* o, float* lse) {
+DISC_AT_AVX512 void forward_avx512(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o,
+                                   float* lse) {
   forward_rows(h, q, k, v, o, lse);
 }
-DISC_AT_AVX2 void forward_avx2(const AttentionHead& h, const float* q, const float* k, const float* v,
-                               float* o, float* lse) {
+DISC_AT_AVX2 void forward_avx2(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o,
+                               float* lse) {
   forward_rows(h, q, k, v, o, lse);
 }
-void forward_baseline(const AttentionHead& h, const float* q, const float* k, const float* v,
-                      float* o, float* lse) {
+void forward_baseline(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o, float* lse) {
   forward_rows(h, q, k, v, o, lse);
 }
 
-DISC_AT_AVX512 void backward_avx512(const AttentionHead& h, const float* q, const float* k,
-                                    const float* v, const float* o, const float* lse,
-                                    const float* grad_o, float* dq, float* dk, float* dv) {
+DISC_AT_AVX512 void backward_avx512(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
+                                    const float* lse, InRows grad_o, OutRows dq, OutRows dk,
+                                    OutRows dv) {
   backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
-DISC_AT_AVX2 void backward_avx2(const AttentionHead& h, const float* q, const float* k,
-                                const float* v, const float* o, const float* lse,
-                                const float* grad_o, float* dq, float* dk, float* dv) {
+DISC_AT_AVX2 void backward_avx2(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
+                                const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv) {
   backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
-void backward_baseline(const AttentionHead& h, const float* q, const float* k, const float* v,
-                       const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
-                       float* dv) {
+void backward_baseline(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
+                       const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv) {
   backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
 
 }  // namespace
 
-void attention_forward_at(VectorLevel level, const AttentionHead& h, const float* q, const float* k,
-                          const float* v, float* o, float* lse) {
+void attention_forward_at(VectorLevel level, const AttentionHead& h, InRows q, InRows k, InRows v,
+                          OutRows o, float* lse) {
   by_level<ForwardFn>(level, forward_avx512, forward_avx2, forward_baseline)(h, q, k, v, o, lse);
 }
 
-void attention_backward_at(VectorLevel level, const AttentionHead& h, const float* q,
-                           const float* k, const float* v, const float* o, const float* lse,
-                           const float* grad_o, float* dq, float* dk, float* dv) {
+void attention_backward_at(VectorLevel level, const AttentionHead& h, InRows q, InRows k, InRows v,
+                           InRows o, const float* lse, InRows grad_o, OutRows dq, OutRows dk,
+                           OutRows dv) {
   by_level<BackwardFn>(level, backward_avx512, backward_avx2, backward_baseline)(h, q, k, v, o, lse,
                                                                                   grad_o, dq, dk, dv);
 }
 
-void attention_forward(const AttentionHead& h, const float* q, const float* k, const float* v,
-                       float* o, float* lse) {
+void attention_forward(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o, float* lse) {
   attention_forward_at(vector_level(), h, q, k, v, o, lse);
 }
 
-void attention_backward(const AttentionHead& h, const float* q, const float* k, const float* v,
-                        const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
-                        float* dv) {
+void attention_backward(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
+                        const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv) {
   attention_backward_at(vector_level(), h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
 

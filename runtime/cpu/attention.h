@@ -41,23 +41,33 @@ struct AttentionHead {
   bool nan_when_all_masked = false;
 };
 
-// q [lq, d], k [lk, d], v [lk, dv], dense row-major. Writes o [lq, dv] and
-// lse [lq], each row's log-sum-exp of its scores (+inf where all are masked).
-void attention_forward(const AttentionHead& h, const float* q, const float* k, const float* v,
-                       float* o, float* lse);
+// One head's [rows, cols] matrix: row i at data + i * stride, its elements
+// contiguous. stride >= cols: a head of a [B, L, H, D] tensor viewed as
+// [B, H, L, D] has stride H * D, and is read and written in place.
+struct InRows {
+  const float* data = nullptr;
+  int64_t stride = 0;
+};
+struct OutRows {
+  float* data = nullptr;
+  int64_t stride = 0;
+};
+
+// q [lq, d], k [lk, d], v [lk, dv]. Writes o [lq, dv] and lse [lq] (dense),
+// each row's log-sum-exp of its scores (+inf where all are masked).
+void attention_forward(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o, float* lse);
 
 // The gradients of attention_forward's o (grad_o [lq, dv]), given its o and
 // lse: writes dq [lq, d], dk [lk, d] and dv [lk, dv].
-void attention_backward(const AttentionHead& h, const float* q, const float* k, const float* v,
-                        const float* o, const float* lse, const float* grad_o, float* dq, float* dk,
-                        float* dv);
+void attention_backward(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
+                        const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv);
 
 // The same at a given vector level, which the CPU must run (the functions
 // above run at vector_level(); tests compare the levels).
-void attention_forward_at(VectorLevel level, const AttentionHead& h, const float* q, const float* k,
-                          const float* v, float* o, float* lse);
-void attention_backward_at(VectorLevel level, const AttentionHead& h, const float* q,
-                           const float* k, const float* v, const float* o, const float* lse,
-                           const float* grad_o, float* dq, float* dk, float* dv);
+void attention_forward_at(VectorLevel level, const AttentionHead& h, InRows q, InRows k, InRows v,
+                          OutRows o, float* lse);
+void attention_backward_at(VectorLevel level, const AttentionHead& h, InRows q, InRows k, InRows v,
+                           InRows o, const float* lse, InRows grad_o, OutRows dq, OutRows dk,
+                           OutRows dv);
 
 }  // namespace disc::runtime

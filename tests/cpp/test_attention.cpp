@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/components.h"
@@ -108,29 +109,67 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-// Runs one head both ways at every vector level this CPU runs and compares
-// everything.
+// A [rows, cols] matrix in rows `stride` apart, as a head of a [B, L, H, D]
+// tensor is; the gaps hold `gap`.
+struct Strided {
+  std::vector<float> data;
+  int64_t rows, cols, stride;
+
+  Strided(const std::vector<float>& dense, int64_t rows, int64_t cols, int64_t stride, float gap)
+      : data(rows * stride, gap), rows(rows), cols(cols), stride(stride) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols && !dense.empty(); ++c) data[i * stride + c] = dense[i * cols + c];
+  }
+  disc::runtime::InRows in() const { return {data.data(), stride}; }
+  disc::runtime::OutRows out() { return {data.data(), stride}; }
+  std::vector<float> dense() const {
+    std::vector<float> d(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c) d[i * cols + c] = data[i * stride + c];
+    return d;
+  }
+  // Whether the gaps still hold `gap`: nothing wrote past a row.
+  bool gaps_hold(float gap) const {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = cols; c < stride; ++c)
+        if (data[i * stride + c] != gap) return false;
+    return true;
+  }
+};
+
+// Runs one head both ways at every vector level this CPU runs, its
+// matrices dense and strided (the gaps NaN in the inputs, which a read
+// would spread; a sentinel in the outputs, which a write would change), and
+// compares everything.
 void check(AttentionHead h) {
   if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
   const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3),
              go = randoms(h.lq * h.dv, 4);
   Expected want = reference(h, q, k, v, go);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 7.f;
   for (VectorLevel level : {VectorLevel::kBaseline, VectorLevel::kAvx2, VectorLevel::kAvx512}) {
     if (!disc::runtime::vector_level_runs(level)) continue;
-    SCOPED_TRACE(disc::runtime::vector_level_name(level));
-    Expected got;
-    got.o.resize(h.lq * h.dv), got.lse.resize(h.lq), got.dq.resize(h.lq * h.d);
-    got.dk.resize(h.lk * h.d), got.dv.resize(h.lk * h.dv);
-    disc::runtime::attention_forward_at(level, h, q.data(), k.data(), v.data(), got.o.data(),
-                                        got.lse.data());
-    expect_near(got.o, want.o, "o");
-    expect_near(got.lse, want.lse, "lse");
-    disc::runtime::attention_backward_at(level, h, q.data(), k.data(), v.data(), got.o.data(),
-                                         got.lse.data(), go.data(), got.dq.data(), got.dk.data(),
-                                         got.dv.data());
-    expect_near(got.dq, want.dq, "dq");
-    expect_near(got.dk, want.dk, "dk");
-    expect_near(got.dv, want.dv, "dv");
+    for (int64_t spread : {1, 3}) {
+      SCOPED_TRACE(std::string(disc::runtime::vector_level_name(level)) +
+                   (spread > 1 ? ", strided" : ", dense"));
+      auto stride = [&](int64_t cols) { return spread > 1 ? spread * cols + 1 : cols; };
+      const Strided sq(q, h.lq, h.d, stride(h.d), nan), sk(k, h.lk, h.d, stride(h.d), nan),
+          sv(v, h.lk, h.dv, stride(h.dv), nan), sgo(go, h.lq, h.dv, stride(h.dv), nan);
+      Strided o({}, h.lq, h.dv, stride(h.dv), sentinel), dq({}, h.lq, h.d, stride(h.d), sentinel),
+          dk({}, h.lk, h.d, stride(h.d), sentinel), dv({}, h.lk, h.dv, stride(h.dv), sentinel);
+      std::vector<float> lse(h.lq);
+      disc::runtime::attention_forward_at(level, h, sq.in(), sk.in(), sv.in(), o.out(), lse.data());
+      expect_near(o.dense(), want.o, "o");
+      expect_near(lse, want.lse, "lse");
+      // The forward's o, its gaps NaN as well.
+      const Strided so(o.dense(), h.lq, h.dv, stride(h.dv), nan);
+      disc::runtime::attention_backward_at(level, h, sq.in(), sk.in(), sv.in(), so.in(), lse.data(),
+                                           sgo.in(), dq.out(), dk.out(), dv.out());
+      expect_near(dq.dense(), want.dq, "dq");
+      expect_near(dk.dense(), want.dk, "dk");
+      expect_near(dv.dense(), want.dv, "dv");
+      for (const Strided* out : {&o, &dq, &dk, &dv}) EXPECT_TRUE(out->gaps_hold(sentinel));
+    }
   }
 }
 
@@ -148,9 +187,10 @@ TEST(Attention, EntryPointsRunAtTheCappedLevel) {
   h.dropout_p = 0.2f, h.seed = 3;
   const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3);
   std::vector<float> o(h.lq * h.dv), lse(h.lq), o_at(h.lq * h.dv), lse_at(h.lq);
-  disc::runtime::attention_forward(h, q.data(), k.data(), v.data(), o.data(), lse.data());
-  disc::runtime::attention_forward_at(disc::runtime::vector_level(), h, q.data(), k.data(), v.data(),
-                                      o_at.data(), lse_at.data());
+  auto in = [](const std::vector<float>& x, int64_t cols) { return disc::runtime::InRows{x.data(), cols}; };
+  disc::runtime::attention_forward(h, in(q, h.d), in(k, h.d), in(v, h.dv), {o.data(), h.dv}, lse.data());
+  disc::runtime::attention_forward_at(disc::runtime::vector_level(), h, in(q, h.d), in(k, h.d),
+                                      in(v, h.dv), {o_at.data(), h.dv}, lse_at.data());
   EXPECT_EQ(o, o_at);
   EXPECT_EQ(lse, lse_at);
 }

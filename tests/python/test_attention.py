@@ -185,6 +185,49 @@ def test_grouped_heads_match_eager_and_with_dropout_the_composite(mask, attentio
         torch.testing.assert_close(g_, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_attention_between_projections_copies_nothing(dtype, counters):
+    """q, k and v as a projection's [B, L, H * D] output viewed as heads, and
+    the heads concatenated after, as transformers write it. The fused
+    kernels read the strided heads as they are, and lay out the output and
+    the gradients as ATen's flash kernels do ([B, L, H, D] memory viewed as
+    [B, H, L, D]; eager's strides), so the views around them stay views.
+    One graph: the two attention ops and the cotangent's zeros and fill are
+    its only ATen launches that are not views, and no input is copied."""
+    b, l, h, d = 2, 16, 4, 8
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(b, l, h * d, generator=g, dtype=dtype) for _ in range(3)]
+    cot = torch.randn(b, l, h * d, generator=g, dtype=dtype)
+
+    def step(device):
+        leaves = [x.clone().to(device).requires_grad_() for x in xs]
+        q, k, v = (t.view(b, l, h, d).transpose(1, 2) for t in leaves)
+        strides = []
+        q.register_hook(lambda grad: strides.append(grad.stride()))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1 if dtype != torch.float32 else 0.0)
+        strides.append(out.stride())
+        y = out.transpose(1, 2).reshape(b, l, h * d)
+        (y * cot.to(device)).sum().backward()
+        return y, [t.grad for t in leaves], strides
+
+    before = counters()
+    torch.manual_seed(0)
+    y, grads, strides = step("disc")
+    torch_disc.sync(wait=True)  # one graph for the output and the gradients
+    c = {k: v - before.get(k, 0) for k, v in counters().items()}
+    y, grads = y.cpu(), [t.cpu() for t in grads]
+    assert (c["graphs_run"], c["launches.aten"]) == (1, 4)
+    assert not [k for k in c if k.startswith("replay.contiguous_copies")]
+    if dtype == torch.float32:  # eager's flash kernels (no dropout): values and layouts
+        want_y, want_grads, want_strides = step("cpu")
+        assert strides == want_strides
+        torch.testing.assert_close(y, want_y)
+        for got, want in zip(grads, want_grads):
+            torch.testing.assert_close(got, want)
+    else:
+        assert strides == [(l * h * d, d, h * d, 1)] * 2
+
+
 def test_each_call_draws_a_new_mask_without_recompiling(attention_option):
     tensors = qkv(lq=32, lk=32)
     first, *_ = dropout_step("fused", tensors, None, False, seed=1)
