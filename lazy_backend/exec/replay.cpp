@@ -204,13 +204,15 @@ at::Tensor grouped_mm_operand(const at::Tensor& t) {
 }
 
 // Ops whose CPU kernels read inputs of any strides as the same values,
-// besides the layout-agnostic ones: permute (then a view, as when a
-// [B, L, H, D]-laid-out attention output is stored for a later graph),
-// and disc's attention, which reads strided heads (attention_ops.cpp).
+// besides the layout-agnostic ones: permute and reshape, views where the
+// strides allow (a merged QKV GEMM's column slice reshaped to heads; a
+// [B, L, H, D]-laid-out attention output stored for a later graph), and
+// disc's attention, which reads strided heads (attention_ops.cpp).
 bool reads_any_strides(uint32_t op) {
   static const uint32_t attention = ir::intern_op("disc::attention"),
                         attention_backward = ir::intern_op("disc::attention_backward");
-  return lowering::is_layout_agnostic(op) || lowering::op_of(op) == lowering::Op::kPermute ||
+  const lowering::Op o = lowering::op_of(op);
+  return lowering::is_layout_agnostic(op) || o == lowering::Op::kPermute || o == lowering::Op::kReshape ||
          op == attention || op == attention_backward;
 }
 
