@@ -112,6 +112,12 @@ void split_into_chunks(const lowering::FusedKernel& spec, KernelArgs& a) {
   a.partials_are_result = spec.per_outer || a.chunks == 1;
 }
 
+// A per-column output the kernel writes as f32 partials to be rounded
+// after: a bf16 or f16 column sum.
+bool rounded_after(const ir::TensorType& type, const KernelOutput& o) {
+  return o.extent == KernelOutput::Extent::kPerColumn && type.dtype != ir::DType::kFloat32;
+}
+
 // Each output's buffer: the one `into` gives (an input it may overwrite),
 // a [chunks, n] partial-sum buffer, or a new one of the op's sizes.
 void allocate_outputs(const lowering::FusedKernel& spec, const ir::Graph& g,
@@ -119,12 +125,13 @@ void allocate_outputs(const lowering::FusedKernel& spec, const ir::Graph& g,
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
     const KernelOutput& o = spec.outputs[j];
     const ir::TensorType& type = g.nodes[o.op].node->outputs[o.index];
-    const bool reuse =
-        j < into.size() && into[j].defined() && into[j].scalar_type() == to_aten(type.dtype);
-    a.outputs.push_back(reuse ? into[j]
-                        : o.extent == KernelOutput::Extent::kPerColumn && !a.partials_are_result
-                            ? new_float_tensor({a.chunks, a.sizes.back()})
-                            : new_tensor(type.sizes, to_aten(type.dtype)));
+    const bool partials = o.extent == KernelOutput::Extent::kPerColumn &&
+                          (!a.partials_are_result || rounded_after(type, o));
+    const bool reuse = !partials && j < into.size() && into[j].defined() &&
+                       into[j].scalar_type() == to_aten(type.dtype);
+    a.outputs.push_back(reuse      ? into[j]
+                        : partials ? new_float_tensor({a.chunks, a.sizes.back()})
+                                   : new_tensor(type.sizes, to_aten(type.dtype)));
   }
 }
 
@@ -180,10 +187,12 @@ void store_outputs(const lowering::FusedKernel& spec, const ir::Graph& g, const 
     at::Tensor out = a.outputs[j];
     if (o.extent == KernelOutput::Extent::kPerColumn) {
       using Combine = KernelOutput::Combine;
+      const ir::TensorType& type = g.nodes[o.op].node->outputs[o.index];
       if (!a.partials_are_result) out = o.combine == Combine::kMax ? out.amax(0) : out.sum(0);
       if (o.combine == Combine::kMean)
         out.div_(static_cast<double>(spec.per_outer ? a.rows / std::max<int64_t>(a.sizes[0], 1) : a.rows));
-      if (!a.partials_are_result) out = out.view(g.nodes[o.op].node->outputs[o.index].sizes);
+      if (rounded_after(type, o)) out = out.to(to_aten(type.dtype));
+      if (!a.partials_are_result || rounded_after(type, o)) out = out.reshape(type.sizes);
     }
     std::vector<at::Tensor>& v = values[o.op];
     if (v.size() <= o.index) v.resize(o.index + 1);

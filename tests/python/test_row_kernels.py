@@ -299,6 +299,24 @@ def test_column_reductions_are_one_kernel(kind, name, shape, counters):
     assert counters()["launches.fused"] == 1
 
 
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+@pytest.mark.parametrize("shape,dims", [((37, 3, 70), (0, 1)), ((260, 9, 70), (0, 1)),
+                                        ((2, 4096, 64), (0, 1)), ((512, 96), 0),
+                                        ((4, 100, 33), 1)], ids=str)
+def test_reduced_float_column_sums_are_one_kernel(shape, dims, dtype, counters):
+    # Autocast's bias gradients: a bf16 (f16) grad summed over the rows.
+    # The kernel keeps f32 partial sums, which the launcher adds up and
+    # rounds once, as ATen's CPU sum accumulates in f32 and rounds once:
+    # within one ulp of eager's, the sums being added in another order.
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0)) * 3
+    got = x.to("disc").to(dtype).sum(dims).cpu()
+    want = x.to(dtype).sum(dims)
+    assert got.dtype == dtype
+    ulp = (torch.nextafter(want.abs(), torch.tensor(float("inf"), dtype=dtype)) - want.abs()).float()
+    assert bool(((got.float() - want.float()).abs() <= ulp).all())
+    assert (counters()["launches.fused"], counters()["launches.aten"]) == (1, 0)
+
+
 def test_column_amax_propagates_nan_and_handles_minus_inf():
     x = torch.randn(33, 40)
     x[5, 3] = float("nan")

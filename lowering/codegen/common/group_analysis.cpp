@@ -32,12 +32,14 @@ bool GroupAnalysis::analyze(std::string* why) {
   const uint32_t R = static_cast<uint32_t>(space.sizes.size());
   if (R == 0) return fail(why, row_op_, "0-dim input");
   kernel_.rank = std::max<uint32_t>(R, 2);
-  for (const ir::TensorType& t : row.outputs)
-    if (t.dtype != ir::DType::kFloat32 && !t.undefined && !reduced_row_output(t))
-      return fail(why, row_op_,
-                  "only f32 outputs (bf16 and f16 for softmaxes and layer norm) are generated");
   kernel_.per_outer = R >= 3 && reduces_dims_before_last(row, R, 1);
   column_ = kernel_.per_outer || reduces_dims_before_last(row, R, 0);
+  for (const ir::TensorType& t : row.outputs)
+    if (t.dtype != ir::DType::kFloat32 && !t.undefined && !reduced_row_output(t) &&
+        !reduced_column_output(t))
+      return fail(why, row_op_,
+                  "only f32 outputs (bf16 and f16 for softmaxes, layer norm and, on the CPU, "
+                  "column sums) are generated");
   if (!column_ && !last_dim_only(row, R))
     return fail(why, row_op_,
                 "reduces neither the last dim, nor all leading dims, nor all but the first and last");
@@ -119,6 +121,15 @@ bool GroupAnalysis::reduced_row_output(const ir::TensorType& t) const {
                     row_ == Op::kSoftmaxBackward || row_ == Op::kLogSoftmaxBackward ||
                     row_ == Op::kLayerNorm || row_ == Op::kLayerNormBackward;
   return rows && reduced_float(p_, t.dtype) && codegen_takes_dtypes(p_, row_op_);
+}
+
+// bf16 and f16 column sums (bias gradients under autocast): f32 partial
+// sums, rounded once by the CPU launcher when it adds them up (ATen's CPU
+// sum also accumulates them in f32 and rounds once). Its input must be of
+// the same dtype, as ATen's is.
+bool GroupAnalysis::reduced_column_output(const ir::TensorType& t) const {
+  return column_ && row_ == Op::kSumDims && p_.target == Target::kCpu &&
+         reduced_float(p_, t.dtype) && codegen_takes_dtypes(p_, row_op_);
 }
 
 bool GroupAnalysis::is_reduction() const {

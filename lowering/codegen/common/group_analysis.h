@@ -48,7 +48,10 @@ std::optional<ScalarRounding> scalar_operand_rounding(Op id);
 bool reduced_float(const Program& p, ir::DType t);
 
 // The dtype a kernel stores output `o` in (f32, or bf16 / f16 as its bits).
+// Per-column outputs are f32 partial sums whatever the op's dtype: the
+// launcher adds the chunks up and rounds once.
 inline ir::DType output_dtype(const Program& p, const KernelOutput& o) {
+  if (o.extent == KernelOutput::Extent::kPerColumn) return ir::DType::kFloat32;
   return p.ops[o.op].node->outputs[o.index].dtype;
 }
 
@@ -75,6 +78,7 @@ class GroupAnalysis {
   }
   bool is_reduction() const;
   bool reduced_row_output(const ir::TensorType& t) const;
+  bool reduced_column_output(const ir::TensorType& t) const;
 
   const Program& p_;
   const FusionGroup& group_;
