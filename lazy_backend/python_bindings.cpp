@@ -19,6 +19,7 @@
 #include "lazy_backend/device/target.h"
 #include "lazy_backend/dist/collectives.h"
 #include "lazy_backend/exec/executor.h"
+#include "lazy_backend/exec/cast_cache.h"
 #include "lazy_backend/exec/prepack.h"
 #include "lazy_backend/frontend/graph_template.h"
 #include "lazy_backend/sync/sync.h"
@@ -139,6 +140,7 @@ void change_option(options::Id id, const std::function<void()>& change) {
   change();  // may set more than `id` (set_gemm_merge)
   if (compile_options() != before) clear_compile_cache();
   if (id == options::Id::kPrepack) clear_packed_weights();
+  if (id == options::Id::kCastCache) clear_kept_casts();
 }
 
 // Sets option `name` in-process (change_option).
@@ -245,6 +247,8 @@ void bind_caches(py::module_& m) {
         "Frees the idle cached host blocks; bytes freed");
   m.def("packed_weights", after_worker(&packed_weights_size), py::call_guard<py::gil_scoped_release>(),
         "How many packed weights are cached");
+  m.def("kept_casts", after_worker(&kept_casts_size), py::call_guard<py::gil_scoped_release>(),
+        "How many parameter casts are kept across graphs");
   m.def("clear_compile_log", [] { compile_cache().clear_log(); });
 }
 

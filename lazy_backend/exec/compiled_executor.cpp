@@ -23,6 +23,7 @@
 #include "lazy_backend/cache/persistent_cache.h"
 #include "lazy_backend/device/host_cache.h"
 #include "lazy_backend/device/target.h"
+#include "lazy_backend/exec/cast_cache.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/executor.h"
 #include "lazy_backend/exec/gemm_merge_exec.h"
@@ -31,6 +32,7 @@
 #include "lazy_backend/exec/replay.h"
 #include "lazy_backend/trace/tensor_data.h"
 #include "lowering/codegen/cpu/fused_kernel.h"
+#include "lowering/ops.h"
 #include "runtime/components.h"
 #include "runtime/cpu/mlir_jit.h"
 #include "runtime/options.h"
@@ -230,19 +232,48 @@ class CompiledExecutable final : public Executable {
         break;
       case lowering::Step::Kind::kOp: {
         std::vector<at::Tensor> ins = inputs_of(i, values);
+        const std::optional<at::ScalarType> cast = parameter_cast(g, i, ins);
+        if (cast) {
+          if (std::optional<at::Tensor> kept = kept_cast(ins[0], *cast)) {
+            values[i] = {*std::move(kept)};
+            break;
+          }
+        }
         if (plan_.layouts.match_inputs[i]) match_nhwc(ins);  // NHWC and NCHW inputs: one layout
         std::vector<bool> in_place;
         if (!step.last_read.empty()) in_place = writable_in_place(step, g, ins, n);
         const ir::Node& node = *g.nodes[i].node;
         const Storages read = node.mutated.empty() ? storages_of(ins) : Storages{};
+        const at::Tensor param = cast ? ins[0] : at::Tensor();
         values[i] = replay(*replay_ops_[s], node, std::move(ins),
                            in_place.empty() ? nullptr : &in_place);
         ++(only_views(node, values[i], read) ? n.views : n.aten);
+        if (cast && values[i][0].scalar_type() == *cast) keep_cast(param, values[i][0]);
         break;
       }
     }
     // NHWC from a convolution, read as NCHW next.
     if (!plan_.layouts.to_nchw[i].empty()) make_nchw(values[i], plan_.layouts.to_nchw[i]);
+  }
+
+  // The dtype op `i` casts a parameter to, when its cast is kept across
+  // graphs (cast_cache.h): a plain _to_copy (dtype only) of a parameter
+  // unchanged in inference whose buffer has a version counter (not an
+  // inference tensor).
+  std::optional<at::ScalarType> parameter_cast(const ir::Graph& g, uint32_t i,
+                                               const std::vector<at::Tensor>& ins) const {
+    const ir::Node& n = *g.nodes[i].node;
+    if (lowering::op_of(n.op) != lowering::Op::kToCopy || ins.size() != 1 || !cast_cache_enabled() ||
+        !unchanged_in_inference(g, program_.ops[i].inputs[0].node) || !ins[0].defined() ||
+        ins[0].is_inference())
+      return std::nullopt;
+    const ir::Attr* dtype = n.attr_operand(1);
+    if (!dtype || dtype->kind != ir::Attr::Kind::kDType) return std::nullopt;
+    for (size_t k : {2, 3, 4, 6}) {  // layout, device, pin_memory, memory_format
+      const ir::Attr* a = n.attr_operand(k);
+      if (a && a->kind != ir::Attr::Kind::kNone) return std::nullopt;
+    }
+    return to_aten(static_cast<ir::DType>(dtype->i));
   }
 
   // (Small: one per replayed op, on the executor's hot path.)

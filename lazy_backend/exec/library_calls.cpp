@@ -224,13 +224,10 @@ const char* gemm_aten_reason(const ir::Node& n, const std::vector<at::Tensor>& i
 
 std::optional<at::Tensor> weight_base(const LibraryCall& call, const ir::Graph& g) {
   if (call.weight_param < 0 || !prepack_enabled()) return std::nullopt;
-  const ir::GraphNode& gn = g.nodes[call.weight_param];
-  // Inference: no grad mode, and the graph leaves the weight as it is, so
-  // the next step reads the same value. A training step's weights change
-  // every step: packing pays only when several GEMMs read one.
-  const bool unchanged = gn.param >= 0 && (g.read_only_params.empty() || g.read_only_params[gn.param]);
-  if (!(unchanged && !at::GradMode::is_enabled()) && !call.weight_reused) return std::nullopt;
-  at::Tensor base = param_tensor(*gn.node);
+  // A training step's weights change every step: packing pays only when
+  // several GEMMs read one.
+  if (!unchanged_in_inference(g, call.weight_param) && !call.weight_reused) return std::nullopt;
+  at::Tensor base = param_tensor(*g.nodes[call.weight_param].node);
   if (base.is_inference() || base.scalar_type() != at::kFloat) return std::nullopt;
   return base;
 }

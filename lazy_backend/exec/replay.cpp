@@ -38,6 +38,12 @@ at::Tensor param_tensor(const ir::Node& n) {
   return *t;
 }
 
+bool unchanged_in_inference(const ir::Graph& g, uint32_t node) {
+  const ir::GraphNode& gn = g.nodes[node];
+  return gn.param >= 0 && (g.read_only_params.empty() || g.read_only_params[gn.param]) &&
+         !at::GradMode::is_enabled();
+}
+
 namespace {
 
 // as_strided indexes the storage, not the tensor: give it a fresh,

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "lowering/ir/graph.h"
 #include "lowering/ir/node.h"
 
 namespace disc {
@@ -31,5 +32,10 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
 
 // The CPU tensor a data leaf holds.
 at::Tensor param_tensor(const ir::Node& n);
+
+// Whether graph node `node` is a parameter the graph leaves as it is, run
+// in no-grad mode: inference, where the next graph reads the same value
+// (what is made from it may be kept: packed weights, casts).
+bool unchanged_in_inference(const ir::Graph& g, uint32_t node);
 
 }  // namespace disc

@@ -140,3 +140,57 @@ def test_group_norm_under_autocast_trains_as_eager(dtype, counters):
     assert all(torch.equal(a, e) for a, e in zip(got[1:], want[1:]))
     c = counters()
     assert c["fallbacks"] == 0 and c["replay.dtype_mismatches.aten::native_group_norm"] >= 1
+
+
+def autocast_eval(model, x, device, dtype=torch.bfloat16):
+    with torch.no_grad(), torch.autocast(device, dtype=dtype):
+        return model(x.to(device)).cpu()
+
+
+def test_inference_keeps_the_weights_casts_until_they_change(counters):
+    # Autocast casts every weight to bf16 in every forward. In no-grad mode
+    # a graph that leaves the weights as they are keeps their casts for the
+    # next one (4 here: two weights, two biases), keyed by the parameter and
+    # its version: a weight written since is cast again, and the results
+    # stay eager's. Training (grad mode) looks none up.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
+    on_disc = copy.deepcopy(model).to("disc")
+    x = torch.randn(32, 64)
+
+    def evaluate():
+        before = counters()
+        got, want = autocast_eval(on_disc, x, "disc"), autocast_eval(model, x, "cpu")
+        # oneDNN's bf16 GEMMs may add up in another order than eager's: a
+        # stale cast (weights 1 smaller) would be far outside.
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        c = counters()
+        return [c.get(k, 0) - before.get(k, 0) for k in ("cast_cache.hits", "cast_cache.misses")]
+
+    assert evaluate() == [0, 4]
+    assert evaluate() == [4, 0]
+    assert torch_disc._C.kept_casts() == 4
+    with torch.no_grad():
+        model[0].weight.add_(1)
+        on_disc[0].weight.add_(1)
+    assert evaluate() == [3, 0]  # the weight's add_ and cast run in one graph
+    assert evaluate() == [3, 1]  # the new version, cast once more
+    assert evaluate() == [4, 0]
+
+    before = counters().get("cast_cache.misses", 0)
+    with torch.autocast("disc", dtype=torch.bfloat16):
+        on_disc(x.to("disc")).float().sum().backward()
+    torch_disc.sync(wait=True)
+    assert counters().get("cast_cache.misses", 0) == before
+
+
+def test_cast_cache_off_keeps_nothing(counters):
+    model = torch.nn.Linear(8, 4).to("disc")
+    torch_disc.options.set("DISC_CAST_CACHE", "0")
+    try:
+        for _ in range(2):
+            autocast_eval(model, torch.randn(2, 8), "disc")
+        assert torch_disc._C.kept_casts() == 0
+        assert counters().get("cast_cache.hits", 0) == 0
+    finally:
+        torch_disc.options.set("DISC_CAST_CACHE", "1")
