@@ -107,7 +107,7 @@ void plan_library_calls(Program& p) {
     const ProgramOp& op = p.ops[i];
     if (op.erased) continue;
     if (op.epilogue_of >= 0) {
-      calls[i] = LibraryCall{LibraryCall::Kind::kEpilogue};
+      calls[i].emplace().kind = LibraryCall::Kind::kEpilogue;
       std::optional<LibraryCall>& lib = calls[op.epilogue_of];  // ops come after their inputs
       if (!lib || (lib->kind != LibraryCall::Kind::kGemm && lib->kind != LibraryCall::Kind::kConv))
         throw CompileError("library-calls", i, ir::op_name(op.node->op),
