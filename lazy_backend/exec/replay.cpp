@@ -78,6 +78,36 @@ bool seed_generator_arguments(const c10::OperatorHandle& op, const ir::Node& n,
   return seeded;
 }
 
+// Dropout of a dense tensor in its memory order, element k drawing word k
+// of the node's stream, in whole groups of 64 elements, the generator's unit
+// (philox.h): one pass for float32, bfloat16 and float16; other dtypes
+// (float64) draw the mask alone and take ATen's product.
+void draw_dropout(uint64_t seed, double kept, double scale, const at::Tensor& x, at::Tensor& output,
+                  at::Tensor& mask) {
+  const at::ScalarType type = x.scalar_type();
+  const bool reduced = type == at::kBFloat16 || type == at::kHalf;
+  const bool computed = type == at::kFloat || reduced;
+  const auto reduced_type = type == at::kBFloat16 ? runtime::ReducedFloat::kBFloat16
+                                                  : runtime::ReducedFloat::kHalf;
+  const int64_t numel = x.numel();
+  const auto k = static_cast<float>(kept), s = static_cast<float>(scale);
+  bool* mp = mask.data_ptr<bool>();
+  at::parallel_for(0, (numel + 63) / 64, 256, [&](int64_t g0, int64_t g1) {
+    const int64_t begin = g0 * 64, end = std::min(g1 * 64, numel);
+    if (reduced) {
+      const auto* xp = static_cast<const uint16_t*>(x.const_data_ptr()) + begin;
+      auto* yp = static_cast<uint16_t*>(output.data_ptr()) + begin;
+      runtime::dropout_reduced(reduced_type, seed, k, s, begin, end, xp, yp, mp + begin);
+    } else if (computed) {
+      runtime::dropout_f32(seed, k, s, begin, end, x.const_data_ptr<float>() + begin,
+                           output.data_ptr<float>() + begin, mp + begin);
+    } else {
+      runtime::dropout_f32(seed, k, s, begin, end, nullptr, nullptr, mp + begin);
+    }
+  });
+  if (!computed) at::mul_out(output, x, mask).mul_(scale);
+}
+
 // native_dropout has no generator argument, so ATen's kernel would draw from
 // the process's CPU generator, which the host may be using at the same
 // moment. This is ATen's CPU kernel's contract (the same mask dtype, the
@@ -103,21 +133,8 @@ void native_dropout(const ir::Node& n, torch::jit::Stack& stack) {
     // input, element k of its memory drawing word k of the node's stream.
     const at::Tensor x = input.is_non_overlapping_and_dense() ? input : input.contiguous();
     mask = at::empty_like(x, x.options().dtype(at::kBool));
-    const bool f32 = x.scalar_type() == at::kFloat;
-    if (f32) output = at::empty_like(x);
-    const uint64_t seed = node_seed(n);
-    const int64_t numel = x.numel();
-    const float* xp = f32 ? x.data_ptr<float>() : nullptr;
-    float* yp = f32 ? output.data_ptr<float>() : nullptr;
-    bool* mp = mask.data_ptr<bool>();
-    // In whole groups of 64 elements, the generator's unit (philox.h).
-    at::parallel_for(0, (numel + 63) / 64, 256, [&](int64_t g0, int64_t g1) {
-      const int64_t begin = g0 * 64;
-      runtime::dropout_f32(seed, static_cast<float>(kept), static_cast<float>(scale), begin,
-                           std::min(g1 * 64, numel), xp ? xp + begin : nullptr,
-                           yp ? yp + begin : nullptr, mp + begin);
-    });
-    if (!f32) output = x.mul(mask).mul_(scale);
+    output = at::empty_like(x);
+    draw_dropout(node_seed(n), kept, scale, x, output, mask);
   }
   stack = {output, mask};
 }

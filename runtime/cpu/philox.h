@@ -23,7 +23,8 @@ uint64_t stream_seed(uint64_t seed, uint64_t offset);
 // element i keeps with probability `keep` by word (i / 16) % 4 of block
 // 16 * (i / 64) + i % 16 (its top 24 bits as a uniform in [0, 1)), so 16
 // neighbouring elements take one word of 16 blocks drawn side by side (one
-// vector register each); mask[i] says so, and y[i] = keep ? x[i] * scale : 0.
+// vector register each); mask[i] says so, and y[i] = x[i] * mask[i] * scale
+// (ATen's product: a dropped inf or NaN is NaN, a dropped negative -0).
 // x, y and mask hold elements begin .. end - 1 (x[0] is element `begin`).
 // `x` may be null: then only the mask.
 // Vectorized at vector_level() (vector_level.h).
@@ -33,5 +34,17 @@ void dropout_f32(uint64_t seed, float keep, float scale, int64_t begin, int64_t 
 // The same at a given level, which the CPU must run (tests compare levels).
 void dropout_f32_at(VectorLevel level, uint64_t seed, float keep, float scale, int64_t begin,
                     int64_t end, const float* x, float* y, bool* mask);
+
+enum class ReducedFloat : uint8_t { kBFloat16, kHalf };
+
+// The same for bfloat16 or float16 elements (x and y hold their bits): the
+// same mask, and y = x * mask * scale with the scale rounded to the element
+// type, computed in float and rounded to nearest even once, as ATen's CPU
+// kernel computes `input.mul(mask).mul_(scale)`.
+void dropout_reduced(ReducedFloat type, uint64_t seed, float keep, float scale, int64_t begin,
+                     int64_t end, const uint16_t* x, uint16_t* y, bool* mask);
+
+void dropout_reduced_at(VectorLevel level, ReducedFloat type, uint64_t seed, float keep, float scale,
+                        int64_t begin, int64_t end, const uint16_t* x, uint16_t* y, bool* mask);
 
 }  // namespace disc::runtime

@@ -1,10 +1,13 @@
 // Philox4x32-10 against the known-answer vectors of its authors (Random123's
-// kat_vectors), and dropout_f32: each element drawn from the word philox.h
+// kat_vectors), and dropout: each element drawn from the word philox.h
 // names (the vector code against the one-block function), its keep rate,
-// scaling, and that any split of a stream draws the same numbers.
+// scaling as ATen's product does, bfloat16 and float16 rounded once, and
+// that any split of a stream draws the same numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "runtime/cpu/philox.h"
@@ -93,5 +96,104 @@ TEST(Philox, EveryVectorLevelDrawsTheSame) {
     draw(level, y, mask);
     EXPECT_EQ(y, want_y) << disc::runtime::vector_level_name(level);
     EXPECT_EQ(mask, want_mask) << disc::runtime::vector_level_name(level);
+  }
+}
+
+// ATen's input.mul(mask).mul_(scale): a dropped inf or NaN is NaN, a dropped
+// negative is -0, a kept value is x * scale.
+TEST(Philox, DropoutMultipliesByTheMaskAsATenDoes) {
+  const int64_t n = 256;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(n), y(n);
+  std::vector<char> mask(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = i % 4 == 0 ? inf : i % 4 == 1 ? NAN : i % 4 == 2 ? -3.0f : 3.0f;
+  dropout_f32(3, 0.5f, 2.0f, 0, n, x.data(), y.data(), reinterpret_cast<bool*>(mask.data()));
+  int dropped_negatives = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = x[i] * (mask[i] ? 1.0f : 0.0f) * 2.0f;
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(y[i])) << "element " << i;
+      continue;
+    }
+    ASSERT_EQ(y[i], want) << "element " << i;
+    ASSERT_EQ(std::signbit(y[i]), std::signbit(want)) << "element " << i;
+    dropped_negatives += !mask[i] && x[i] < 0;
+  }
+  EXPECT_GT(dropped_negatives, 0);
+}
+
+namespace {
+
+using disc::runtime::ReducedFloat;
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Round to nearest even, written as a reference apart from the kernel's:
+// the dropped low half against the halfway point.
+uint16_t float_to_bf16(float f) {
+  if (std::isnan(f)) return 0x7fc0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const uint32_t low = bits & 0xffffu, high = bits >> 16;
+  return static_cast<uint16_t>(low > 0x8000u || (low == 0x8000u && (high & 1u)) ? high + 1 : high);
+}
+
+float f16_to_float(uint16_t h) {
+  _Float16 v;
+  std::memcpy(&v, &h, sizeof v);
+  return static_cast<float>(v);
+}
+
+uint16_t float_to_f16(float f) {
+  const _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, sizeof h);
+  return h;
+}
+
+// Every bit pattern (NaN, inf, subnormals too) times the scale, itself
+// rounded to the type: products that round both ways, tie (by 1.5),
+// overflow and underflow; the same mask as the f32 kernel's. With keep 1,
+// each value comes back as it was: the conversions both ways are exact.
+void check_reduced(ReducedFloat type, disc::runtime::VectorLevel level, float keep) {
+  const bool bf16 = type == ReducedFloat::kBFloat16;
+  const int64_t begin = 3, end = begin + 3 * 65536 + 7;  // every pattern 3 times, partial ends
+  const float scale = 1.0f / keep;
+  std::vector<uint16_t> x(end - begin), y(end - begin);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint16_t>(i * 40503u);  // odd: a permutation
+  std::vector<char> mask(x.size()), want_mask(x.size());
+  disc::runtime::dropout_reduced_at(level, type, 99, keep, scale, begin, end, x.data(), y.data(),
+                                    reinterpret_cast<bool*>(mask.data()));
+  dropout_f32(99, keep, scale, begin, end, nullptr, nullptr, reinterpret_cast<bool*>(want_mask.data()));
+  ASSERT_EQ(mask, want_mask);
+  const float rounded_scale = bf16 ? bf16_to_float(float_to_bf16(scale)) : f16_to_float(float_to_f16(scale));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float wide = bf16 ? bf16_to_float(x[i]) : f16_to_float(x[i]);
+    const float product = wide * (mask[i] ? 1.0f : 0.0f) * rounded_scale;
+    const uint16_t want = bf16 ? float_to_bf16(product) : float_to_f16(product);
+    if (std::isnan(product)) {
+      ASSERT_TRUE(std::isnan(bf16 ? bf16_to_float(y[i]) : f16_to_float(y[i]))) << "element " << i;
+    } else {
+      ASSERT_EQ(y[i], want) << "element " << i << " of " << x[i];
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Philox, ReducedFloatDropoutRoundsOnceAtEveryVectorLevel) {
+  using disc::runtime::VectorLevel;
+  for (VectorLevel level : {VectorLevel::kBaseline, VectorLevel::kAvx2, VectorLevel::kAvx512}) {
+    if (!disc::runtime::vector_level_runs(level)) continue;
+    SCOPED_TRACE(disc::runtime::vector_level_name(level));
+    for (float keep : {0.7f, 2.0f / 3.0f, 1.0f}) {
+      check_reduced(ReducedFloat::kBFloat16, level, keep);
+      check_reduced(ReducedFloat::kHalf, level, keep);
+    }
   }
 }

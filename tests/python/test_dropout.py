@@ -1,6 +1,7 @@
 """Dropout on disc draws its mask by Philox from the node's seed
 (runtime/cpu/philox.h): ATen's contract, reproducible, the same on both
 executors and at any thread count, laid out as its input."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -47,6 +48,33 @@ def test_channels_last_input_keeps_its_layout_and_backward_uses_the_mask():
     kept = out != 0
     torch.testing.assert_close(out[kept], (x.detach() * 2)[kept])
     torch.testing.assert_close(grad, kept.float() * 2)
+
+
+def atens_product(x, mask, p):
+    # ATen's CPU native_dropout: input.mul(mask).mul_(scale) in C++, which
+    # multiplies by the scale in the input's dtype, rounding once.
+    return x.mul(mask).mul_(torch.tensor(1 / (1 - p), dtype=x.dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_output_is_atens_product_of_input_mask_and_scale_to_the_bit(dtype):
+    # A dropped inf or NaN is NaN, a dropped negative -0, and a reduced
+    # float is rounded once from float; disc computes it in one pass.
+    x = torch.randn(7, 333).mul_(300).to(dtype)
+    x[0, :40] = float("inf")
+    x[1, :40] = float("nan")
+    x[2, :40] = -1.5
+    eager, eager_mask = torch.ops.aten.native_dropout(x, 0.4, True)
+    torch.manual_seed(3)
+    out, mask = torch.ops.aten.native_dropout(x.to("disc"), 0.4, True)
+    out, mask = out.cpu(), mask.cpu()
+    assert mask.dtype == torch.bool and out.dtype == dtype
+    assert (~mask[:3, :40]).any() and mask.any()
+    for got, want in [(eager, atens_product(x, eager_mask, 0.4)), (out, atens_product(x, mask, 0.4))]:
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+        number = ~want.isnan()  # a NaN's sign is not a number's
+        assert torch.equal(got.signbit()[number], want.signbit()[number])
 
 
 def profiled_labels(fn, runs=3):
