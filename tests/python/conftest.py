@@ -30,6 +30,16 @@ def fresh_metrics():
     assert torch_disc.metrics.counters().get("compile_failures", 0) == 0
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """A test that sets torch's thread count (a benchmark's --threads) sets
+    it for itself: GEMMs sum in another order at another count, so a later
+    test comparing disc with eager step by step would compare other runs."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def counters():
     """Call to read the current counters."""
