@@ -5,6 +5,7 @@
 // that any split of a stream draws the same numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -143,17 +144,33 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(low > 0x8000u || (low == 0x8000u && (high & 1u)) ? high + 1 : high);
 }
 
+// float16 by its definition, in double: a portable reference apart from the
+// kernel's integer steps (C++ has no _Float16 on every target).
 float f16_to_float(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, sizeof v);
-  return static_cast<float>(v);
+  const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+  double magnitude = exponent == 0    ? std::ldexp(fraction, -24)
+                     : exponent == 31 ? (fraction ? NAN : INFINITY)
+                                      : std::ldexp(1024 + fraction, exponent - 25);
+  return static_cast<float>(h & 0x8000 ? -magnitude : magnitude);
 }
 
+// Rounded to the nearest multiple of the quantum at its binade (2^-24 at
+// the least), ties to even (nearbyint's default mode), then encoded.
 uint16_t float_to_f16(float f) {
-  const _Float16 v = static_cast<_Float16>(f);
-  uint16_t h;
-  std::memcpy(&h, &v, sizeof h);
-  return h;
+  if (std::isnan(f)) return 0x7e00;
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double magnitude = std::fabs(static_cast<double>(f));
+  if (magnitude == 0) return sign;
+  if (std::isinf(magnitude)) return sign | 0x7c00;
+  int e;
+  std::frexp(magnitude, &e);
+  const double quantum = std::ldexp(1.0, std::max(e - 11, -24));
+  const double value = std::nearbyint(magnitude / quantum) * quantum;
+  if (value == 0) return sign;
+  const double m = std::frexp(value, &e);
+  if (e <= -14) return sign | static_cast<uint16_t>(value / std::ldexp(1.0, -24));
+  if (e + 14 >= 31) return sign | 0x7c00;
+  return sign | static_cast<uint16_t>(((e + 14) << 10) | static_cast<int>(m * 2048 - 1024));
 }
 
 // Every bit pattern (NaN, inf, subnormals too) times the scale, itself
