@@ -164,6 +164,49 @@ void no_saved_statistics_in_eval(const c10::OperatorHandle& op, c10::ArrayRef<c1
   if (args.size() > 5 && args[5].isBool() && !args[5].toBool()) no_saved_statistics(op, args, r);
 }
 
+// Layer and group norm's saved mean and rstd (outputs 1 and 2): ATen's CPU
+// kernels keep them in f32 when a bf16 or f16 input comes with weights of
+// another dtype (f32: autocast's mix), else in the input's dtype. Meta says
+// f32 for layer norm and the input's dtype for group norm, either way.
+void statistics_as_cpu(c10::ArrayRef<c10::IValue> args, size_t weight, MetaResult& r) {
+  if (r.fresh.size() != 3 || args.empty() || !args[0].isTensor()) return;
+  const at::ScalarType input = args[0].toTensor().scalar_type();
+  if (input != at::kBFloat16 && input != at::kHalf) return;
+  bool mixed = false;
+  for (size_t k : {weight, weight + 1})
+    if (k < args.size() && args[k].isTensor() && args[k].toTensor().defined())
+      mixed |= args[k].toTensor().scalar_type() != input;
+  const at::ScalarType dtype = mixed ? at::kFloat : input;
+  for (size_t k = 1; k < 3; ++k) {
+    const at::Tensor& t = r.fresh[k];
+    if (t.defined() && t.scalar_type() != dtype)
+      r.fresh[k] = at::empty_strided(t.sizes(), t.strides(), t.options().dtype(dtype));
+  }
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps)
+void layer_norm_statistics(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue> args,
+                           MetaResult& r) {
+  statistics_as_cpu(args, 2, r);
+}
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps)
+void group_norm_statistics(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue> args,
+                           MetaResult& r) {
+  statistics_as_cpu(args, 1, r);
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW,
+// group, output_mask)
+void group_norm_grad_input(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue> args,
+                           MetaResult& r) {
+  if (r.fresh.empty() || !r.fresh[0].defined() || args.size() < 2 || !args[1].isTensor()) return;
+  const at::ScalarType input = args[1].toTensor().scalar_type();
+  const at::Tensor& t = r.fresh[0];
+  if (t.scalar_type() != input)
+    r.fresh[0] = at::empty_strided(t.sizes(), t.strides(), t.options().dtype(input));
+}
+
 using Rule = MetaResult (*)(c10::ArrayRef<c10::IValue>);
 using Fix = void (*)(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue>, MetaResult&);
 

@@ -139,7 +139,7 @@ def test_group_norm_under_autocast_trains_as_eager(dtype, counters):
     assert got[0] == want[0] == dtype
     assert all(torch.equal(a, e) for a, e in zip(got[1:], want[1:]))
     c = counters()
-    assert c["fallbacks"] == 0 and c["replay.dtype_mismatches.aten::native_group_norm"] >= 1
+    assert c["fallbacks"] == 0 and c.get("replay.dtype_mismatches.aten::native_group_norm", 0) == 0
 
 
 def autocast_eval(model, x, device, dtype=torch.bfloat16):

@@ -207,6 +207,40 @@ def test_reduced_float_layer_norm_with_reduced_weights_stays_on_aten(dtype, coun
     assert (c["launches.fused"], c["launches.aten"]) == (0, 1)
 
 
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+@pytest.mark.parametrize("weights", ["none", "same", "float32"])
+def test_saved_statistics_have_the_cpu_kernels_dtype(dtype, weights, counters):
+    # Meta calls layer norm's mean and rstd f32 and group norm's the input's
+    # dtype, whatever the weights; the CPU kernels keep them in f32 only
+    # beside f32 weights. The trace takes the CPU's dtype, so no value
+    # differs from its recorded type and the backward gets eager's bits.
+    torch.manual_seed(0)
+    x, g = torch.randn(2, 8, 6).to(dtype), torch.randn(2, 8, 6).to(dtype)
+    wdtype = {"none": None, "same": dtype, "float32": torch.float32}[weights]
+
+    def run(device):
+        xs = x.detach().to(device).requires_grad_()
+        params = [] if wdtype is None else [torch.randn(n).to(wdtype).to(device).requires_grad_()
+                                            for n in (6, 6, 8, 8)]
+        lw, lb, gw, gb = params or (None,) * 4
+        ln = torch.ops.aten.native_layer_norm(xs, [6], lw, lb, 1e-5)
+        gn = torch.ops.aten.native_group_norm(xs, gw, gb, 2, 8, 6, 4, 1e-5)
+        (ln[0] * g.to(device) + gn[0] * g.to(device)).sum().backward()
+        return [t.dtype for t in ln + gn], [t.detach().cpu() for t in ln + gn + (xs.grad,)]
+
+    torch.manual_seed(1)
+    want_dtypes, want = run("cpu")
+    torch.manual_seed(1)
+    got_dtypes, got = run("disc")
+    assert got_dtypes == want_dtypes
+    for a, b in zip(got, want):
+        if a.dtype == torch.float32:  # layer norm's f32 moments: another order of sums
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(a, b)
+    assert not [k for k in counters() if k.startswith("replay.dtype_mismatches")]
+
+
 def test_safe_softmax_gives_zero_for_fully_masked_rows(counters):
     # Scaled-dot-product attention on disc runs ATen's math path, whose
     # softmax is _safe_softmax: a query that may attend to nothing gets 0,
