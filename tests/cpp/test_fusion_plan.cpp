@@ -57,6 +57,45 @@ TEST(FusionPlan, SoftmaxAndLayerNormForwardAndBackwardAreOneKernelEach) {
   EXPECT_EQ(planned({smb}).groups.size(), 2u);  // forward and backward: one each
 }
 
+// A bf16 layer norm over [64, 128] whose weights and saved statistics have
+// the given dtypes, planned for `target`; the index of its op.
+Program bf16_layer_norm(ir::DType weights, ir::DType statistics, Target target, uint32_t* op) {
+  GraphBuilder b;
+  auto x = b.param({64, 128}, ir::DType::kBFloat16);
+  auto w = b.param({128}, weights);
+  ir::NodePtr ln = b.multi("aten::native_layer_norm", {x, w, w}, {{64, 128}, {64, 1}, {64, 1}},
+                           {GraphBuilder::ints({128}), GraphBuilder::scalar(1e-5)});
+  using K = ir::Operand::Kind;  // the schema's order: x, [n], w, b, eps
+  ln->operands = {{K::kTensor, 0, 1}, {K::kAttr, 0, 1}, {K::kTensor, 1, 1}, {K::kTensor, 2, 1},
+                  {K::kAttr, 1, 1}};
+  ln->outputs[0].dtype = ir::DType::kBFloat16;
+  ln->outputs[1].dtype = ln->outputs[2].dtype = statistics;
+  ln->finalize();
+  Program p = make_program(ir::build_graph({{ln, 0}, {ln, 1}, {ln, 2}}));
+  p.target = target;
+  run_passes(p, pass_names());
+  *op = disc::testing::index_of(p, {ln, 0});
+  return p;
+}
+
+TEST(FusionPlan, ABf16LayerNormIsAKernelWithF32WeightsOrWithItsOwnDtypeThroughout) {
+  // Autocast's mix (f32 weights, f32 statistics) and a bf16 model (bf16
+  // weights and statistics, which ATen's CPU kernel keeps in bf16) are
+  // generated on the CPU; the bf16 model's on CUDA, and a mix ATen never
+  // makes, stay on ATen.
+  using ir::DType;
+  uint32_t op = 0;
+  for (DType w : {DType::kFloat32, DType::kBFloat16}) {
+    Program p = bf16_layer_norm(w, w, Target::kCpu, &op);
+    EXPECT_GE(p.ops[op].group, 0) << ir::dtype_name(w);
+    EXPECT_EQ(p.plan.kernels.size(), 1u) << ir::dtype_name(w);
+    EXPECT_TRUE(p.plan.declined.empty()) << ir::dtype_name(w);
+  }
+  EXPECT_EQ(bf16_layer_norm(DType::kBFloat16, DType::kBFloat16, Target::kCuda, &op).ops[op].group, -1);
+  EXPECT_EQ(bf16_layer_norm(DType::kBFloat16, DType::kFloat32, Target::kCpu, &op).ops[op].group, -1);
+  EXPECT_EQ(bf16_layer_norm(DType::kFloat32, DType::kBFloat16, Target::kCpu, &op).ops[op].group, -1);
+}
+
 TEST(FusionPlan, ProducerUsedOutsideJoinsAReductionButNotALoop) {
   // exp(x) feeds a reduction and a library call: the reduction's kernel
   // takes it and stores it for the GEMM. An element-wise consumer does not

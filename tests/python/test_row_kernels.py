@@ -196,15 +196,43 @@ def test_reduced_float_layer_norm_with_f32_weights_is_one_kernel_each_way(shape,
 
 
 @pytest.mark.parametrize("dtype", REDUCED, ids=str)
-def test_reduced_float_layer_norm_with_reduced_weights_stays_on_aten(dtype, counters):
-    # There ATen's mean and rstd are bf16 (f16) too, which the kernels do
-    # not write.
-    x = torch.randn(4, 37).to(dtype)
-    w, b = torch.randn(37).to(dtype), torch.randn(37).to(dtype)
-    got = F.layer_norm(x.to("disc"), [37], w.to("disc"), b.to("disc")).cpu()
-    assert torch.equal(got, F.layer_norm(x, [37], w, b))
-    c = counters()
-    assert (c["launches.fused"], c["launches.aten"]) == (0, 1)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("shape", [(4, 37), (3, 5, 64), (64, 10)], ids=lambda s: "x".join(map(str, s)))
+def test_reduced_float_layer_norm_with_reduced_weights_is_one_kernel_each_way(shape, affine, dtype):
+    # A model in bf16 (f16) throughout: weights, mean and rstd in the row's
+    # dtype too. The output is computed from the f32 moments, which are
+    # stored rounded, and the backward reads them rounded, as ATen's CPU
+    # kernels do: eager's bits for y, mean, rstd and dx; dw and db are f32
+    # sums rounded once (eager's drift further from the exact sums).
+    torch.manual_seed(0)
+    n = shape[-1]
+    x, g = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    params = (torch.linspace(0.5, 1.5, n).to(dtype), torch.linspace(-1, 1, n).to(dtype)) if affine else ()
+    results, fwd, bwd = {}, None, None
+    for dev in ("cpu", "disc"):
+        xs = x.detach().to(dev).requires_grad_()
+        ps = [t.detach().to(dev).requires_grad_() for t in params]
+        torch_disc.sync()
+        torch_disc.metrics.reset()
+        y, mean, rstd = torch.ops.aten.native_layer_norm(xs, [n], *(ps or (None, None)), 1e-5)
+        host = [t.detach().cpu() for t in (y, mean, rstd)]
+        fwd = torch_disc.metrics.counters() if dev == "disc" else fwd
+        torch_disc.metrics.reset()
+        y.backward(g.to(dev))
+        results[dev] = host + [t.grad.cpu() for t in [xs, *ps]]
+        bwd = torch_disc.metrics.counters() if dev == "disc" else bwd
+    assert (fwd["launches.fused"], fwd["launches.aten"]) == (1, 0)
+    assert (bwd["launches.fused"], bwd["launches.aten"], bwd.get("codegen.declined", 0)) == (1, 0, 0)
+    got, want = results["disc"], results["cpu"]
+    assert [t.dtype for t in got] == [t.dtype for t in want] == [dtype] * len(want)
+    for a, b in zip(got[:4], want[:4]):  # y, mean, rstd, dx
+        assert as_eager(a, b, dtype)
+    if affine:  # dw, db: f32 sums rounded once, within an ulp of the exact sums
+        _, mean, rstd = (t.double() for t in got[:3])
+        rows = [t.double().reshape(-1, n) for t in (x, g)]
+        xhat = (rows[0] - mean.reshape(-1, 1)) * rstd.reshape(-1, 1)
+        for a, exact in zip(got[4:], ((rows[1] * xhat).sum(0), rows[1].sum(0))):
+            assert ulps(a, exact.to(dtype), dtype).max() <= 1
 
 
 @pytest.mark.parametrize("dtype", REDUCED, ids=str)

@@ -191,21 +191,33 @@ std::optional<ir::DType> operand_dtype(const Program& p, uint32_t op, size_t k) 
   return p.ops[r.node].node->outputs[r.index].dtype;
 }
 
-// Layer norm of bf16 (or f16) rows with f32 weights, autocast's mix: the
-// row (or its grad) is bf16, mean, rstd and the weight grads f32. With bf16
-// weights ATen makes mean and rstd bf16 as well, which the kernels do not
-// write.
+// Layer norm of bf16 (or f16) rows: with f32 weights (autocast's mix) the
+// row (or its grad) is bf16, mean, rstd and the weight grads f32; with
+// weights of the row's dtype, or none, everything is in that dtype, mean
+// and rstd rounded from the f32 the output is computed with (as ATen's CPU
+// kernel keeps them), on the CPU target.
 bool layer_norm_takes_dtypes(const Program& p, uint32_t op, bool backward) {
   const ir::Node& n = *p.ops[op].node;
-  for (size_t k = 1; k < n.outputs.size(); ++k)
-    if (!n.outputs[k].undefined && n.outputs[k].dtype != ir::DType::kFloat32) return false;
   const ir::DType out = n.outputs[0].dtype;
-  if (out == ir::DType::kFloat32) return true;
-  if (!reduced_float(p, out)) return false;
+  if (out != ir::DType::kFloat32 && !reduced_float(p, out)) return false;
   const size_t rows = backward ? 2 : 1;  // x, or dy and x
   for (size_t k = 0; k < rows; ++k)
     if (operand_dtype(p, op, k) != out) return false;
-  return operand_dtype(p, op, backward ? 5 : 2) == ir::DType::kFloat32;
+  const size_t weight = backward ? 5 : 2;
+  std::optional<ir::DType> params;
+  for (size_t k : {weight, weight + 1}) {
+    const std::optional<ir::DType> t = operand_dtype(p, op, k);
+    if (t && params && *t != *params) return false;
+    if (t) params = t;
+  }
+  const bool mixed = params && *params == ir::DType::kFloat32;
+  if (params && !mixed && *params != out) return false;
+  if (out != ir::DType::kFloat32 && !mixed && p.target != Target::kCpu) return false;
+  const ir::DType statistics = mixed ? ir::DType::kFloat32 : out;
+  if (backward) return operand_dtype(p, op, 3) == statistics && operand_dtype(p, op, 4) == statistics;
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (!n.outputs[k].undefined && n.outputs[k].dtype != statistics) return false;
+  return true;
 }
 
 // A bf16 (f16) op's bool operand, read as 0 or 1: where's condition, and

@@ -113,8 +113,13 @@ void KernelEmitter::accumulate(Variant& v, size_t k, const std::string& value) {
   store_f32(v, o, idx, sum);
 }
 
+// A per-row output: f32, or bf16 / f16 (layer norm's mean and rstd) as its bits.
 void KernelEmitter::store_row(size_t k, const std::string& scalar) {
-  line("memref.store " + scalar + ", %out" + std::to_string(k) + "[%row] : memref<?xf32>");
+  const std::string m = "%out" + std::to_string(k);
+  if (output_dtype(k) != ir::DType::kFloat32)
+    line("memref.store " + emitter(0).to_bits(output_dtype(k), scalar) + ", " + m + "[%row] : memref<?xi16>");
+  else
+    line("memref.store " + scalar + ", " + m + "[%row] : memref<?xf32>");
 }
 
 // The element-wise producers at column j, and the row op's input values.
