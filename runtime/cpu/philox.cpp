@@ -84,7 +84,8 @@ namespace {
 #define DISC_INLINE __attribute__((always_inline)) inline
 
 // How dropout_rows reads and writes an element type, 16 at a time as one
-// float vector: with integer vector ops, which every level vectorizes.
+// float vector; the 16-bit types convert with integer vector ops, which
+// every level vectorizes.
 struct F32Codec {
   using Element = float;
   DISC_INLINE static void load(const float* x, F32x16& v) { std::memcpy(&v, x, sizeof v); }
