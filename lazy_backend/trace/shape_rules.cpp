@@ -164,6 +164,13 @@ void no_saved_statistics_in_eval(const c10::OperatorHandle& op, c10::ArrayRef<c1
   if (args.size() > 5 && args[5].isBool() && !args[5].toBool()) no_saved_statistics(op, args, r);
 }
 
+// A meta output, where defined, in `dtype` (the CPU kernel's), its sizes and
+// strides kept.
+void retype(at::Tensor& t, at::ScalarType dtype) {
+  if (t.defined() && t.scalar_type() != dtype)
+    t = at::empty_strided(t.sizes(), t.strides(), t.options().dtype(dtype));
+}
+
 // Layer and group norm's saved mean and rstd (outputs 1 and 2): ATen's CPU
 // kernels keep them in f32 when a bf16 or f16 input comes with weights of
 // another dtype (f32: autocast's mix), else in the input's dtype. Meta says
@@ -176,12 +183,7 @@ void statistics_as_cpu(c10::ArrayRef<c10::IValue> args, size_t weight, MetaResul
   for (size_t k : {weight, weight + 1})
     if (k < args.size() && args[k].isTensor() && args[k].toTensor().defined())
       mixed |= args[k].toTensor().scalar_type() != input;
-  const at::ScalarType dtype = mixed ? at::kFloat : input;
-  for (size_t k = 1; k < 3; ++k) {
-    const at::Tensor& t = r.fresh[k];
-    if (t.defined() && t.scalar_type() != dtype)
-      r.fresh[k] = at::empty_strided(t.sizes(), t.strides(), t.options().dtype(dtype));
-  }
+  for (size_t k = 1; k < 3; ++k) retype(r.fresh[k], mixed ? at::kFloat : input);
 }
 
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps)
@@ -200,11 +202,8 @@ void group_norm_statistics(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue
 // group, output_mask)
 void group_norm_grad_input(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue> args,
                            MetaResult& r) {
-  if (r.fresh.empty() || !r.fresh[0].defined() || args.size() < 2 || !args[1].isTensor()) return;
-  const at::ScalarType input = args[1].toTensor().scalar_type();
-  const at::Tensor& t = r.fresh[0];
-  if (t.scalar_type() != input)
-    r.fresh[0] = at::empty_strided(t.sizes(), t.strides(), t.options().dtype(input));
+  if (!r.fresh.empty() && args.size() > 1 && args[1].isTensor())
+    retype(r.fresh[0], args[1].toTensor().scalar_type());
 }
 
 using Rule = MetaResult (*)(c10::ArrayRef<c10::IValue>);

@@ -184,18 +184,15 @@ def test_where_is_generated_with_its_neighbours(counters):
 def test_a_large_kernel_is_split_over_torchs_threads(threads, counters):
     # A kernel over 4096 rows is split into one part per torch thread; a
     # small one stays on the calling thread. (Without OpenMP in the build,
-    # at::parallel_for is a serial loop: always 1 part.)
-    before = torch.get_num_threads()
+    # at::parallel_for is a serial loop: always 1 part.) conftest restores
+    # the thread count.
     torch.set_num_threads(threads)
-    try:
-        x = torch.randn(4096, 256)
-        out, c = counted(lambda: (x.to("disc") * 2 + 1).exp())
-        assert c["launches.fused"] == 1 and c["launches.parallel_parts"] == threads
-        torch.testing.assert_close(out, (x * 2 + 1).exp())
-        _, c = counted(lambda: (torch.ones(8, 8).to("disc") * 2 + 1).exp())
-        assert c["launches.parallel_parts"] == 1
-    finally:
-        torch.set_num_threads(before)
+    x = torch.randn(4096, 256)
+    out, c = counted(lambda: (x.to("disc") * 2 + 1).exp())
+    assert c["launches.fused"] == 1 and c["launches.parallel_parts"] == threads
+    torch.testing.assert_close(out, (x * 2 + 1).exp())
+    _, c = counted(lambda: (torch.ones(8, 8).to("disc") * 2 + 1).exp())
+    assert c["launches.parallel_parts"] == 1
 
 
 def same_bits_or_both_nan(got, want):
