@@ -55,8 +55,8 @@ struct KernelArgs {
 
 // `t` in the dtype the kernel was generated for. An ATen kernel may return
 // another dtype than its meta kernel, from which the graph took its types
-// (ATen's CPU mkldnn_rnn_layer_backward returns f32 gradients for bf16
-// inputs): read as the traced dtype, its bytes would be garbage. Cast, as
+// (where aten_ops.def has no META_THEN fix for it): read as the traced
+// dtype, its bytes would be garbage. Cast, as
 // eager's autograd casts a gradient to its input's dtype; counted
 // (launches.dtype_casts).
 const at::Tensor& as_traced(const at::Tensor& t, ir::DType traced, KernelArgs& a) {

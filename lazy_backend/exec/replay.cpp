@@ -324,9 +324,8 @@ void call_kernel(const c10::OperatorHandle& op, const ir::Node& n, torch::jit::S
 }
 
 // Outputs whose dtype is not the traced one, which the op's meta kernel
-// gave (ATen's CPU mkldnn_rnn_layer_backward returns f32 gradients for bf16
-// inputs; native_layer_norm bf16 mean and rstd where its meta says f32).
-// They stay as ATen made them, for the ATen kernels that read them; a
+// gave: an op whose CPU kernel disagrees with its meta kernel and that has
+// no META_THEN fix in aten_ops.def yet. They stay as ATen made them, for the ATen kernels that read them; a
 // generated kernel casts what it reads (kernel_launch.cpp). Counted:
 // replay.dtype_mismatches.<op>.
 void count_dtype_mismatches(const ir::Node& n, const std::vector<at::Tensor>& outs) {

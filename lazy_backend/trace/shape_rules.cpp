@@ -206,6 +206,13 @@ void group_norm_grad_input(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue
     retype(r.fresh[0], args[1].toTensor().scalar_type());
 }
 
+// mkldnn_rnn_layer_backward: the CPU kernel returns every gradient in f32,
+// whatever the input's dtype (oneDNN computes them in f32); Meta says the
+// input's. Autograd then casts each to its input's dtype, as in eager.
+void rnn_gradients_in_f32(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue>, MetaResult& r) {
+  for (at::Tensor& t : r.fresh) retype(t, at::kFloat);
+}
+
 using Rule = MetaResult (*)(c10::ArrayRef<c10::IValue>);
 using Fix = void (*)(const c10::OperatorHandle&, c10::ArrayRef<c10::IValue>, MetaResult&);
 

@@ -206,13 +206,13 @@ def test_lstm_variants_match_float64(case, counters):
     assert counters().get("fallbacks", 0) == 0
 
 
-def test_bf16_lstm_gradients_take_their_traced_dtype_as_in_eager(counters):
-    # Under bf16 autocast ATen's CPU mkldnn_rnn_layer_backward returns f32
-    # weight gradients where its meta kernel (and so the trace) says bf16.
-    # A kernel fusing the gradient's cast with the SGD update read those f32
-    # bytes as bf16: parameters of 1e30 after one step. A kernel now casts
-    # such an input to the dtype it was generated for, as eager's autograd
-    # casts a gradient to its input's dtype: eager's parameters to the bit.
+def test_bf16_lstm_gradients_are_traced_in_the_cpu_kernels_dtype(counters):
+    # Under bf16 autocast ATen's CPU mkldnn_rnn_layer_backward returns every
+    # gradient in f32 where its meta kernel says bf16. The trace takes the
+    # CPU kernel's dtypes (aten_ops.def), so autograd casts each gradient to
+    # its input's dtype as in eager: eager's parameters to the bit, and the
+    # graph never meets a dtype it did not trace (a kernel once read those
+    # f32 bytes as bf16: parameters of 1e30 after one step).
     torch.manual_seed(0)
     lstm = nn.LSTM(16, 24, batch_first=True)
     x = torch.randn(4, 8, 16)
@@ -231,8 +231,6 @@ def test_bf16_lstm_gradients_take_their_traced_dtype_as_in_eager(counters):
     got = step("disc")
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     c = counters()
-    # Seven f32 returns (the input's, four weights' and two states'
-    # gradients); the four weight gradients each read by a kernel.
-    assert c["replay.dtype_mismatches.aten::mkldnn_rnn_layer_backward"] == 7
-    assert c["launches.dtype_casts"] == 4
+    assert not [k for k in c if k.startswith("replay.dtype_mismatches")]
+    assert c.get("launches.dtype_casts", 0) == 0
     assert c["launches.fused"] >= 4 and c["fallbacks"] == 0
