@@ -17,70 +17,78 @@ namespace {
 
 // The row functions are inlined into attention_forward's and
 // attention_backward's bodies, which are compiled once per vector level
-// (vector_level.h).
+// (vector_level.h), N float lanes at a time: as many as the level's
+// registers hold.
 #define DISC_VECTOR_ROWS __attribute__((always_inline)) inline
 
-using F32x16 = float __attribute__((vector_size(64)));
-using I32x16 = int32_t __attribute__((vector_size(64)));
-using U8x16 = uint8_t __attribute__((vector_size(16)));
-constexpr int64_t kLanes = 16;
+template <int N>
+using F32 = typename Vec<N>::F32;
+template <int N>
+using I32 = typename Vec<N>::I32;
+template <int N>
+using U8 = typename Vec<N>::U8;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-__attribute__((always_inline)) inline F32x16 splat(float v) { return F32x16{} + v; }
+template <int N>
+DISC_VECTOR_ROWS F32<N> splat(float v) { return F32<N>{} + v; }
 
-__attribute__((always_inline)) inline F32x16 load(const float* p) {
-  F32x16 v;
+template <int N>
+DISC_VECTOR_ROWS F32<N> load(const float* p) {
+  F32<N> v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-__attribute__((always_inline)) inline void store(float* p, F32x16 v) { std::memcpy(p, &v, sizeof v); }
+template <int N>
+DISC_VECTOR_ROWS void store(float* p, F32<N> v) { std::memcpy(p, &v, sizeof v); }
 
 // e^x within ~1 ulp, and exactly 0 for -inf: 2^k e^r with k = round(x / ln 2),
 // r = x - k ln 2 in two parts (Cody-Waite), e^r by its Taylor polynomial of
 // degree 7 (|r| <= ln 2 / 2: remainder below 6e-9). x is clamped to
 // [-87, 88], where 2^k stays a normal float.
-__attribute__((always_inline)) inline F32x16 exp16(F32x16 x) {
-  F32x16 c = x < splat(-87.f) ? splat(-87.f) : x;
-  c = c > splat(88.f) ? splat(88.f) : c;
-  F32x16 kf = c * 1.44269504f;
-  kf += kf < splat(0.f) ? splat(-0.5f) : splat(0.5f);
-  const I32x16 ki = __builtin_convertvector(kf, I32x16);  // truncates: rounds half away
-  const F32x16 kr = __builtin_convertvector(ki, F32x16);
-  const F32x16 r = c - kr * 0.693359375f - kr * -2.12194440e-4f;
-  F32x16 p = r * (1.f / 5040) + 1.f / 720;
+template <int N>
+DISC_VECTOR_ROWS F32<N> exp_lanes(F32<N> x) {
+  F32<N> c = x < splat<N>(-87.f) ? splat<N>(-87.f) : x;
+  c = c > splat<N>(88.f) ? splat<N>(88.f) : c;
+  F32<N> kf = c * 1.44269504f;
+  kf += kf < splat<N>(0.f) ? splat<N>(-0.5f) : splat<N>(0.5f);
+  const I32<N> ki = __builtin_convertvector(kf, I32<N>);  // truncates: rounds half away
+  const F32<N> kr = __builtin_convertvector(ki, F32<N>);
+  const F32<N> r = c - kr * 0.693359375f - kr * -2.12194440e-4f;
+  F32<N> p = r * (1.f / 5040) + 1.f / 720;
   p = p * r + 1.f / 120;
   p = p * r + 1.f / 24;
   p = p * r + 1.f / 6;
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  const I32x16 bits = (ki + 127) << 23;
-  F32x16 two_k;
+  const I32<N> bits = (ki + 127) << 23;
+  F32<N> two_k;
   std::memcpy(&two_k, &bits, sizeof two_k);
-  return x == splat(-kInf) ? splat(0.f) : p * two_k;
+  return x == splat<N>(-kInf) ? splat<N>(0.f) : p * two_k;
 }
 
 // The build's -O2 vectorizes only loops that need no remainder, so the row
-// loops below are written in 16-lane vectors, with scalar tails.
+// loops below are written in N-lane vectors, with scalar tails.
 
 // Row i's raw q . k products with keys 0 .. n - 1 -> its scores: scaled,
 // masked, causal.
+template <int N>
 DISC_VECTOR_ROWS void scores_row(const AttentionHead& h, int64_t i, float* s, int64_t n) {
   const AttentionMask m = h.mask;
   const float scale = h.scale;
   if (!m.data) {
     int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) store(s + j, load(s + j) * scale);
+    for (; j + N <= n; j += N) store<N>(s + j, load<N>(s + j) * scale);
     for (; j < n; ++j) s[j] *= scale;
   } else if (m.is_bool && m.col_stride == 1) {
     const bool* b = static_cast<const bool*>(m.data) + i * m.row_stride;
     int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
-      U8x16 bytes;
+    for (; j + N <= n; j += N) {
+      U8<N> bytes;
       std::memcpy(&bytes, b + j, sizeof bytes);
-      const I32x16 on = __builtin_convertvector(bytes, I32x16);
-      store(s + j, on != 0 ? load(s + j) * scale : splat(-kInf));
+      const I32<N> on = __builtin_convertvector(bytes, I32<N>);
+      store<N>(s + j, on != 0 ? load<N>(s + j) * scale : splat<N>(-kInf));
     }
     for (; j < n; ++j) s[j] = b[j] ? s[j] * scale : -kInf;
   } else if (m.is_bool || m.col_stride != 1) {
@@ -93,67 +101,72 @@ DISC_VECTOR_ROWS void scores_row(const AttentionHead& h, int64_t i, float* s, in
   } else {
     const float* a = static_cast<const float*>(m.data) + i * m.row_stride;
     int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) store(s + j, load(s + j) * scale + load(a + j));
+    for (; j + N <= n; j += N) store<N>(s + j, load<N>(s + j) * scale + load<N>(a + j));
     for (; j < n; ++j) s[j] = s[j] * scale + a[j];
   }
   if (h.causal)
     for (int64_t j = std::max<int64_t>(i + 1, 0); j < n; ++j) s[j] = -kInf;
 }
 
+template <int N>
 DISC_VECTOR_ROWS float max_of(const float* s, int64_t n) {
-  F32x16 mv = splat(-kInf);
+  F32<N> mv = splat<N>(-kInf);
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const F32x16 v = load(s + j);
+  for (; j + N <= n; j += N) {
+    const F32<N> v = load<N>(s + j);
     mv = v > mv ? v : mv;
   }
   float mx = -kInf;
-  for (int64_t l = 0; l < kLanes; ++l) mx = std::max(mx, mv[l]);
+  for (int64_t l = 0; l < N; ++l) mx = std::max(mx, mv[l]);
   for (; j < n; ++j) mx = std::max(mx, s[j]);
   return mx;
 }
 
 // s[j] = e^(s[j] - shift); returns their sum.
+template <int N>
 DISC_VECTOR_ROWS float exp_row(float* s, int64_t n, float shift) {
-  F32x16 acc = splat(0.f);
+  F32<N> acc = splat<N>(0.f);
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const F32x16 e = exp16(load(s + j) - shift);
-    store(s + j, e);
+  for (; j + N <= n; j += N) {
+    const F32<N> e = exp_lanes<N>(load<N>(s + j) - shift);
+    store<N>(s + j, e);
     acc += e;
   }
   float sum = 0.f;
-  for (int64_t l = 0; l < kLanes; ++l) sum += acc[l];
+  for (int64_t l = 0; l < N; ++l) sum += acc[l];
   for (; j < n; ++j) sum += (s[j] = std::exp(s[j] - shift));
   return sum;
 }
 
+template <int N>
 DISC_VECTOR_ROWS void scale_row(float* s, int64_t n, float by) {
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) store(s + j, load(s + j) * by);
+  for (; j + N <= n; j += N) store<N>(s + j, load<N>(s + j) * by);
   for (; j < n; ++j) s[j] *= by;
 }
 
+template <int N>
 DISC_VECTOR_ROWS void add_into(float* dst, const float* src, int64_t n) {
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) store(dst + j, load(dst + j) + load(src + j));
+  for (; j + N <= n; j += N) store<N>(dst + j, load<N>(dst + j) + load<N>(src + j));
   for (; j < n; ++j) dst[j] += src[j];
 }
 
 // s: p, the probabilities; g: dO . v, already dropped out (g * mask / keep;
 // `kept` null without dropout) -> s: p dropped out (for dV); g: dS * scale
 // (for dQ and dK).
+template <int N>
 DISC_VECTOR_ROWS void gradient_row(float* s, float* g, const bool* kept, int64_t n, float delta,
                                    float inv_keep, float scale) {
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const F32x16 p = load(s + j);
-    store(g + j, p * (load(g + j) - delta) * scale);
+  for (; j + N <= n; j += N) {
+    const F32<N> p = load<N>(s + j);
+    store<N>(g + j, p * (load<N>(g + j) - delta) * scale);
     if (!kept) continue;
-    U8x16 bytes;
+    U8<N> bytes;
     std::memcpy(&bytes, kept + j, sizeof bytes);
-    const I32x16 keep = __builtin_convertvector(bytes, I32x16);
-    store(s + j, keep != 0 ? p * inv_keep : splat(0.f));
+    const I32<N> keep = __builtin_convertvector(bytes, I32<N>);
+    store<N>(s + j, keep != 0 ? p * inv_keep : splat<N>(0.f));
   }
   for (; j < n; ++j) {
     const float p = s[j];
@@ -197,12 +210,13 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* 
 }
 
 // c = a @ b, or c += a @ b through `partial` (the GEMM writes, it does not add).
-void gemm_into(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* c,
-               std::vector<float>& partial) {
+template <int N>
+DISC_VECTOR_ROWS void gemm_into(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a,
+                                GemmOperand b, float* c, std::vector<float>& partial) {
   if (!add) return gemm(m, n, k, a, b, c);
   partial.resize(m * n);
   gemm(m, n, k, a, b, partial.data());
-  add_into(c, partial.data(), m * n);
+  add_into<N>(c, partial.data(), m * n);
 }
 
 // x's first `rows` rows ([rows, cols]) as a dense matrix: x itself, or a
@@ -252,6 +266,7 @@ int64_t keys_seen(const AttentionHead& h, int64_t i0, int64_t r) {
   return h.causal ? std::min(h.lk, i0 + r) : h.lk;
 }
 
+template <int N>
 DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k_in, InRows v_in,
                                   OutRows o, float* lse) {
   Scratch& sc = scratch();
@@ -273,17 +288,17 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
          sc.s.data());
     for (int64_t i = i0; i < i0 + r; ++i) {
       float* s = sc.s.data() + (i - i0) * n;
-      scores_row(h, i, s, n);
-      const float mx = max_of(s, n);
+      scores_row<N>(h, i, s, n);
+      const float mx = max_of<N>(s, n);
       if (mx == -kInf) {  // every score masked
         std::fill(s, s + n, h.nan_when_all_masked ? std::numeric_limits<float>::quiet_NaN() : 0.f);
         lse[i] = kInf;
         continue;
       }
-      const float sum = exp_row(s, n, mx);
+      const float sum = exp_row<N>(s, n, mx);
       lse[i] = mx + std::log(sum);
       if (h.dropout_p > 0) drop(h, i, s, n, inv_keep / sum, sc);
-      else scale_row(s, n, 1.f / sum);
+      else scale_row<N>(s, n, 1.f / sum);
     }
     float* out = dense_target(o_rows, r, h.dv, sc.out);
     gemm(r, h.dv, n, row_major(sc.s.data(), n), row_major(v, h.dv), out);
@@ -291,6 +306,7 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
   }
 }
 
+template <int N>
 DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows k_in, InRows v_in,
                                    InRows o_in, const float* lse, InRows grad_o, OutRows dq_out,
                                    OutRows dk_out, OutRows dv_out) {
@@ -331,21 +347,21 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
       const float* go_i = go_rows + (i - i0) * h.dv;
       const float* o_i = o_rows + (i - i0) * h.dv;
       for (int64_t c = 0; c < h.dv; ++c) delta += go_i[c] * o_i[c];
-      scores_row(h, i, s, n);
-      exp_row(s, n, lse[i]);
+      scores_row<N>(h, i, s, n);
+      exp_row<N>(s, n, lse[i]);
       const bool* kept = nullptr;
       if (h.dropout_p > 0) {
         drop(h, i, g, n, inv_keep, sc);
         kept = reinterpret_cast<const bool*>(sc.kept.data());
       }
-      gradient_row(s, g, kept, n, delta, inv_keep, h.scale);
+      gradient_row<N>(s, g, kept, n, delta, inv_keep, h.scale);
     }
     const bool add = h.causal || i0 > 0;
-    gemm_into(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc.partial);
+    gemm_into<N>(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc.partial);
     float* dq = dense_target(dq_rows, r, h.d, sc.out);
     gemm(r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq);
     store_rows(dq_rows, dq, r, h.d);
-    gemm_into(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
+    gemm_into<N>(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
   }
   store_rows(dk_out, dk, lk, h.d);
   store_rows(dv_out, dv, lk, h.dv);
@@ -357,28 +373,28 @@ using BackwardFn = void (*)(const AttentionHead&, InRows, InRows, InRows, InRows
 
 DISC_AT_AVX512 void forward_avx512(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o,
                                    float* lse) {
-  forward_rows(h, q, k, v, o, lse);
+  forward_rows<lanes(VectorLevel::kAvx512)>(h, q, k, v, o, lse);
 }
 DISC_AT_AVX2 void forward_avx2(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o,
                                float* lse) {
-  forward_rows(h, q, k, v, o, lse);
+  forward_rows<lanes(VectorLevel::kAvx2)>(h, q, k, v, o, lse);
 }
 void forward_baseline(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o, float* lse) {
-  forward_rows(h, q, k, v, o, lse);
+  forward_rows<lanes(VectorLevel::kBaseline)>(h, q, k, v, o, lse);
 }
 
 DISC_AT_AVX512 void backward_avx512(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
                                     const float* lse, InRows grad_o, OutRows dq, OutRows dk,
                                     OutRows dv) {
-  backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
+  backward_rows<lanes(VectorLevel::kAvx512)>(h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
 DISC_AT_AVX2 void backward_avx2(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
                                 const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv) {
-  backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
+  backward_rows<lanes(VectorLevel::kAvx2)>(h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
 void backward_baseline(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
                        const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv) {
-  backward_rows(h, q, k, v, o, lse, grad_o, dq, dk, dv);
+  backward_rows<lanes(VectorLevel::kBaseline)>(h, q, k, v, o, lse, grad_o, dq, dk, dv);
 }
 
 }  // namespace

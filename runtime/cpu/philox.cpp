@@ -21,35 +21,6 @@ inline void round(PhiloxBlock& c, const std::array<uint32_t, 2>& k) {
   c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
 }
 
-// Blocks side by side, one per lane, in GCC's vector extensions as wide as
-// the level's registers: 16 lanes at AVX-512, 8 at AVX2, 4 at SSE2 and
-// elsewhere (NEON). A type wider than the registers has GCC move vectors
-// through memory and emulate operations piecewise: 16 lanes drew 6x slower
-// at AVX2 than at AVX-512, 8 take 2x as long. Written per word, Philox is
-// ~25 scalar instructions an element.
-// (Sized per specialization: GCC 12 drops vector_size from an alias whose
-// size depends on a template parameter.)
-template <int N>
-struct Vec;
-#define DISC_VECTOR_TYPES(N)                                                   \
-  template <>                                                                  \
-  struct Vec<N> {                                                              \
-    using U32 = uint32_t __attribute__((vector_size(4 * N)));                  \
-    using I32 = int32_t __attribute__((vector_size(4 * N)));                   \
-    using F32 = float __attribute__((vector_size(4 * N)));                     \
-    using U64 = uint64_t __attribute__((vector_size(4 * N))); /* N / 2 lanes */ \
-    using U16 = uint16_t __attribute__((vector_size(2 * N)));                  \
-    using U8 = uint8_t __attribute__((vector_size(N)));                        \
-  };
-DISC_VECTOR_TYPES(4)
-DISC_VECTOR_TYPES(8)
-DISC_VECTOR_TYPES(16)
-#undef DISC_VECTOR_TYPES
-
-constexpr int lanes(VectorLevel level) {
-  return level == VectorLevel::kAvx512 ? 16 : level == VectorLevel::kAvx2 ? 8 : 4;
-}
-
 #define DISC_INLINE __attribute__((always_inline)) inline
 
 // The low words of a's 64-bit lanes times m, as 64-bit products: one
@@ -92,8 +63,10 @@ DISC_INLINE void mul_hi_lo(const U32& a, uint32_t m, U32& hi, U32& lo) {
   hi = (U32)(h);
 }
 
-// Blocks first .. first + N - 1 under `key`: word j of block first + l is
-// w[j][l]. first's low word is at most 2^32 - 16 and lanes add less than 16,
+// Blocks first .. first + N - 1 under `key`, one per lane, as many as the
+// level's registers hold (Vec, lanes(): vector_level.h; written per word,
+// Philox is ~25 scalar instructions an element): word j of block first + l
+// is w[j][l]. first's low word is at most 2^32 - 16 and lanes add less than 16,
 // so it never carries into the high word.
 template <VectorLevel L, class U32 = typename Vec<lanes(L)>::U32>
 DISC_INLINE void philox_lanes(uint64_t first, std::array<uint32_t, 2> key, U32 (&w)[4]) {

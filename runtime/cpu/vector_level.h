@@ -36,6 +36,36 @@ const char* vector_level_name(VectorLevel level);
 #define DISC_AT_AVX2
 #endif
 
+// GCC vector types N lanes wide, for code written once for every level: a
+// level's code uses as many lanes as its registers hold (lanes()). A type
+// wider than the registers has GCC move vectors through memory and emulate
+// operations piecewise (16 float lanes on AVX2 ran Philox dropout 6x and the
+// attention's rows ~5x slower than on AVX-512, where 2x is the width's
+// share). Specialized per width: GCC 12 drops vector_size from an alias
+// whose size depends on a template parameter.
+template <int N>
+struct Vec;
+#define DISC_VECTOR_TYPES(N)                                                   \
+  template <>                                                                  \
+  struct Vec<N> {                                                              \
+    using U32 = uint32_t __attribute__((vector_size(4 * N)));                  \
+    using I32 = int32_t __attribute__((vector_size(4 * N)));                   \
+    using F32 = float __attribute__((vector_size(4 * N)));                     \
+    using U64 = uint64_t __attribute__((vector_size(4 * N))); /* N / 2 lanes */ \
+    using U16 = uint16_t __attribute__((vector_size(2 * N)));                  \
+    using U8 = uint8_t __attribute__((vector_size(N)));                        \
+  };
+DISC_VECTOR_TYPES(4)
+DISC_VECTOR_TYPES(8)
+DISC_VECTOR_TYPES(16)
+#undef DISC_VECTOR_TYPES
+
+// 32-bit lanes in a register of the level: 16 at AVX-512, 8 at AVX2, 4 at
+// SSE2 and on other targets (NEON).
+constexpr int lanes(VectorLevel level) {
+  return level == VectorLevel::kAvx512 ? 16 : level == VectorLevel::kAvx2 ? 8 : 4;
+}
+
 // The function for `level` among one function's per-level wrappers.
 template <class Fn>
 Fn by_level(VectorLevel level, Fn avx512, Fn avx2, Fn baseline) {
