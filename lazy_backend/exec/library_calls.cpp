@@ -108,12 +108,18 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
                          const std::vector<WeightView>* weights,
                          const std::function<at::Tensor()>& make_b) {
   if (!runtime::has_onednn()) return aten_matmul(a, make_b ? make_b() : b, bias_in, act, batched);
+  // oneDNN's parallel regions are sized by this thread's OpenMP setting:
+  // make it torch's (a thread that never ran a torch kernel has the default).
+  at::internal::lazy_init_num_threads();
   const at::ScalarType type = a.scalar_type();
-  if (type == at::kHalf || (type == at::kBFloat16 && !runtime::onednn_bf16_native())) {
+  if (type == at::kHalf ||
+      (type == at::kBFloat16 && runtime::bf16_gemms_widened(at::get_num_threads()))) {
     // Without native bf16, oneDNN emulates it (AVX2: its reference kernels,
-    // ~25x slower than f32), and ATen's own f16 GEMM took 28-480 ms by
-    // layout where the widened one takes 4.4 ([1024 x 384] @ [384 x 1536],
-    // AMD EPYC with AVX-512, 2 threads). So the operands are widened to f32,
+    // ~25x slower than f32); with it, its bf16 GEMMs may still be slower
+    // than f32 ones (runtime/cpu/bf16_gemm_choice.cpp). ATen's own f16 GEMM
+    // took 28-480 ms by layout where the widened one takes 4.4 ([1024 x
+    // 384] @ [384 x 1536], AMD EPYC with AVX-512, 2 threads). So the
+    // operands are widened to f32,
     // multiplied and the result rounded once: a bf16 or f16 product is
     // exact in f32 and both GEMMs accumulate in f32, so this is the narrow
     // GEMM up to summation order.
@@ -144,9 +150,6 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   }
   g.c = out.data_ptr();
   g.act = act;
-  // oneDNN's parallel regions are sized by this thread's OpenMP setting:
-  // make it torch's (a thread that never ran a torch kernel has the default).
-  at::internal::lazy_init_num_threads();
   static metrics::Named onednn_calls("library.onednn"), gemm_calls("library.gemm_calls"),
       epilogues("library.epilogues");
   ++onednn_calls;

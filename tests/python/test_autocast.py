@@ -194,3 +194,28 @@ def test_cast_cache_off_keeps_nothing(counters):
         assert counters().get("cast_cache.hits", 0) == 0
     finally:
         torch_disc.options.set("DISC_CAST_CACHE", "1")
+
+
+@pytest.mark.parametrize("mode", ["widened", "native"])
+def test_bf16_linear_runs_widened_as_disc_gemm_bf16_says(mode, counters):
+    # A bf16 product is exact in f32 and oneDNN's bf16 and f32 GEMMs both
+    # accumulate in f32, so either way the GEMM is eager's up to summation
+    # order. "widened" (and, on a CPU without bf16, every mode) converts the
+    # operands to f32 and rounds the result once, counted per GEMM; "native"
+    # runs oneDNN's bf16 kernels where the CPU has them.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 96, generator=g).bfloat16()
+    w = torch.randn(80, 96, generator=g).bfloat16()
+    b = torch.randn(80, generator=g).bfloat16()
+    torch_disc.options.set("DISC_GEMM_BF16", mode)
+    try:
+        got = F.linear(x.to("disc"), w.to("disc"), b.to("disc")).cpu()
+    finally:
+        torch_disc.options.set("DISC_GEMM_BF16", "auto")
+    assert got.dtype == torch.bfloat16
+    exact = x.double() @ w.double().t() + b.double()
+    torch.testing.assert_close(got.double(), exact, rtol=8e-3, atol=1e-2)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=8e-3, atol=1e-2)
+    widened = mode == "widened" or not torch_disc._C.bf16_native()
+    assert counters().get("library.bf16_widened", 0) == (1 if widened else 0)
+    assert counters()["library.onednn"] == 1
