@@ -23,7 +23,8 @@ uint64_t stream_seed(uint64_t seed, uint64_t offset);
 // element i keeps with probability `keep` by word (i / 16) % 4 of block
 // 16 * (i / 64) + i % 16 (its top 24 bits as a uniform in [0, 1)), so 16
 // neighbouring elements take one word of 16 blocks drawn side by side (one
-// vector register each); mask[i] says so, and y[i] = x[i] * mask[i] * scale
+// AVX-512 register each; two at AVX2, four at SSE2: the same words at every
+// level); mask[i] says so, and y[i] = x[i] * mask[i] * scale
 // (ATen's product: a dropped inf or NaN is NaN, a dropped negative -0).
 // x, y and mask hold elements begin .. end - 1 (x[0] is element `begin`).
 // `x` may be null: then only the mask.
