@@ -236,7 +236,9 @@ void bind_caches(py::module_& m) {
   m.def("native_cpu_isa", [] { return runtime::cpu_isa_name(runtime::native_cpu_isa()); },
         "The ISA level of this CPU, whatever DISC_CPU_ISA caps (runtime/cpu/cpu_isa.h).");
   m.def("bf16_native", &runtime::onednn_bf16_native,
-        "Whether bf16 GEMMs and convolutions run on oneDNN here (native bf16 on this CPU).");
+        "Whether this CPU has bf16 instructions, as oneDNN sees them.");
+  m.def("bf16_widened", [] { return runtime::onednn_bf16_widened(at::get_num_threads()); },
+        "Whether bf16 GEMMs and convolutions run widened to f32 (DISC_ONEDNN_BF16).");
   m.def("host_cache_stats", after_worker([] {
     const HostCacheStats s = host_cache_stats();
     return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},

@@ -172,11 +172,13 @@ std::vector<at::Tensor> run_conv_call(const lowering::LibraryCall& call, const i
     // oneDNN's parallel regions follow this thread's OpenMP setting: make it
     // torch's (see library_calls.cpp).
     at::internal::lazy_init_num_threads();
-    // f16, and bf16 without native bf16: in f32, rounded once (as for GEMMs;
-    // eager's f16 conv2d of [32, 32, 28, 28] by [64, 32, 3, 3] takes 86 ms
-    // against f32's 8 on an AMD EPYC with AVX-512).
+    // f16, and bf16 where GEMMs are widened: in f32, rounded once (eager's
+    // f16 conv2d of [32, 32, 28, 28] by [64, 32, 3, 3] takes 86 ms against
+    // f32's 8 on an AMD EPYC with AVX-512).
     const at::ScalarType type = weight_of(n, ins).scalar_type();
-    const bool widen = type == at::kHalf || (type == at::kBFloat16 && !runtime::onednn_bf16_native());
+    const bool widen =
+        type == at::kHalf ||
+        (type == at::kBFloat16 && runtime::onednn_bf16_widened(at::get_num_threads()));
     if (widen) {
       metrics::bump(type == at::kHalf ? "library.f16_widened" : "library.bf16_widened");
       for (at::Tensor& t : ins)

@@ -113,10 +113,10 @@ at::Tensor onednn_matmul(at::Tensor a, at::Tensor b, const at::Tensor& bias_in, 
   at::internal::lazy_init_num_threads();
   const at::ScalarType type = a.scalar_type();
   if (type == at::kHalf ||
-      (type == at::kBFloat16 && runtime::bf16_gemms_widened(at::get_num_threads()))) {
+      (type == at::kBFloat16 && runtime::onednn_bf16_widened(at::get_num_threads()))) {
     // Without native bf16, oneDNN emulates it (AVX2: its reference kernels,
     // ~25x slower than f32); with it, its bf16 GEMMs may still be slower
-    // than f32 ones (runtime/cpu/bf16_gemm_choice.cpp). ATen's own f16 GEMM
+    // than f32 ones (runtime/cpu/onednn_bf16_choice.cpp). ATen's own f16 GEMM
     // took 28-480 ms by layout where the widened one takes 4.4 ([1024 x
     // 384] @ [384 x 1536], AMD EPYC with AVX-512, 2 threads). So the
     // operands are widened to f32,

@@ -21,7 +21,7 @@ struct PackedB {};
 
 bool gemm_operand_supported(const GemmOperand&, int64_t, int64_t, int64_t) { return false; }
 bool onednn_bf16_native() { return false; }
-bool bf16_gemms_widened(int) { return true; }
+bool onednn_bf16_widened(int) { return true; }
 PrimitiveUse onednn_gemm(const Gemm&) { absent("a oneDNN GEMM"); }
 std::shared_ptr<const PackedB> pack_b(const Gemm&) { absent("packing a GEMM's weights"); }
 bool packed_b_fits(const PackedB&, const Gemm&) { return false; }

@@ -64,12 +64,14 @@ bool gemm_operand_supported(const GemmOperand& x, int64_t rows, int64_t cols, in
 // caller had better run them another way.
 bool onednn_bf16_native();
 
-// Whether bf16 GEMMs had better be widened: converted to f32, multiplied and
-// rounded once (the same products, summed in another order). Always where
-// onednn_bf16_native() is false; else as DISC_GEMM_BF16 says, and by default
+// Whether bf16 GEMMs and convolutions had better be widened: converted to
+// f32, multiplied and rounded once (the same products, summed in another
+// order). oneDNN runs both on the same bf16 dot-product kernels (brgemm),
+// so the GEMMs' timing speaks for the convolutions too. Always where
+// onednn_bf16_native() is false; else as DISC_ONEDNN_BF16 says, and by default
 // when this process measured oneDNN's f32 GEMM clearly faster than its bf16
-// one on `threads` threads (once, ~20 ms; bf16_gemm_choice.cpp).
-bool bf16_gemms_widened(int threads);
+// one on `threads` threads (once, ~20 ms; onednn_bf16_choice.cpp).
+bool onednn_bf16_widened(int threads);
 
 // Runs `g`; throws std::invalid_argument for an operand gemm_operand_supported
 // rejects. Thread-safe. The result says whether a primitive was created, so

@@ -242,20 +242,20 @@ TEST(OnednnGemm, Bf16GemmAccumulatesInF32AndRoundsOnce) {
                std::invalid_argument);
 }
 
-// DISC_GEMM_BF16 decides where the CPU multiplies bf16; without bf16, GEMMs
+// DISC_ONEDNN_BF16 decides where the CPU multiplies bf16; without bf16, GEMMs
 // are widened whatever it says. auto measures once per process, so every
 // later answer is the first one.
 TEST(OnednnGemm, Bf16GemmsAreWidenedAsTheOptionSays) {
   namespace options = disc::options;
   const bool native = onednn_bf16_native();
-  options::set(options::Id::kGemmBf16, "widened");
-  EXPECT_TRUE(bf16_gemms_widened(2));
-  options::set(options::Id::kGemmBf16, "native");
-  EXPECT_EQ(bf16_gemms_widened(2), !native);
-  options::set(options::Id::kGemmBf16, "auto");
-  const bool measured = bf16_gemms_widened(2);
-  EXPECT_EQ(bf16_gemms_widened(1), measured);
+  options::set(options::Id::kOnednnBf16, "widened");
+  EXPECT_TRUE(onednn_bf16_widened(2));
+  options::set(options::Id::kOnednnBf16, "native");
+  EXPECT_EQ(onednn_bf16_widened(2), !native);
+  options::set(options::Id::kOnednnBf16, "auto");
+  const bool measured = onednn_bf16_widened(2);
+  EXPECT_EQ(onednn_bf16_widened(1), measured);
   if (!native) EXPECT_TRUE(measured);
-  EXPECT_THROW(options::set(options::Id::kGemmBf16, "fast"), std::invalid_argument);
-  options::set(options::Id::kGemmBf16, "auto");
+  EXPECT_THROW(options::set(options::Id::kOnednnBf16, "fast"), std::invalid_argument);
+  options::set(options::Id::kOnednnBf16, "auto");
 }

@@ -110,10 +110,11 @@ def test_reduced_float_convolutions_run_on_onednn(n, ci, co, size, k, stride, pa
         assert a.dtype == dtype
         torch.testing.assert_close(a.float(), e.float(), rtol=tol, atol=tol)
     c = counters()
-    # Forward and backward on oneDNN: in bf16 where the CPU has it, else
-    # widened to f32 and rounded once (counted); f16 always widened.
+    # Forward and backward on oneDNN: in bf16 where its bf16 kernels are
+    # chosen (DISC_ONEDNN_BF16), else widened to f32 and rounded once
+    # (counted); f16 always widened.
     assert c.get("library.onednn", 0) == 2 and c.get("library.aten", 0) == 0
-    widened = 0 if dtype == torch.bfloat16 and torch_disc._C.bf16_native() else 2
+    widened = 0 if dtype == torch.bfloat16 and not torch_disc._C.bf16_widened() else 2
     key = "library.bf16_widened" if dtype == torch.bfloat16 else "library.f16_widened"
     assert c.get(key, 0) == widened
 
@@ -207,11 +208,11 @@ def test_bf16_linear_runs_widened_as_disc_gemm_bf16_says(mode, counters):
     x = torch.randn(64, 96, generator=g).bfloat16()
     w = torch.randn(80, 96, generator=g).bfloat16()
     b = torch.randn(80, generator=g).bfloat16()
-    torch_disc.options.set("DISC_GEMM_BF16", mode)
+    torch_disc.options.set("DISC_ONEDNN_BF16", mode)
     try:
         got = F.linear(x.to("disc"), w.to("disc"), b.to("disc")).cpu()
     finally:
-        torch_disc.options.set("DISC_GEMM_BF16", "auto")
+        torch_disc.options.set("DISC_ONEDNN_BF16", "auto")
     assert got.dtype == torch.bfloat16
     exact = x.double() @ w.double().t() + b.double()
     torch.testing.assert_close(got.double(), exact, rtol=8e-3, atol=1e-2)
