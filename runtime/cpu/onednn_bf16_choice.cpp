@@ -1,17 +1,18 @@
 // Whether bf16 GEMMs and convolutions run oneDNN's bf16 kernels or are
 // widened to f32 (the caller converts the operands, runs the f32 primitive
-// and rounds the result once). A bf16 product is exact in f32 and both kernels accumulate in f32,
-// so the two differ in summation order only.
+// and rounds the result once). A bf16 product is exact in f32 and both
+// kernels accumulate in f32, so the two differ in summation order only.
 //
-// Having bf16 instructions does not make bf16 GEMMs fast: on an Intel Xeon
-// VM with AVX512-BF16 and no AMX, oneDNN 2.6's bf16 brgemm ran [1024 x 384]
-// @ [384 x 1536] in 6.9-7.2 ms and its f32 one in 3.5 (2 threads; widened,
-// conversions included, 4.1), where an AMD EPYC with the same flags ran
-// the bf16 one faster than f32; its bf16 convolutions ran at half the f32
-// rate too ([8, 64, 56, 56] 3x3 to 64 channels: 10.4 against 5.3 ms). So unless DISC_ONEDNN_BF16 says, the process
-// times both once, at a size where each runs at its steady rate, and widens
-// only when f32 is clearly faster: a near tie keeps the bf16 kernels, so
-// timing noise does not flip the choice between runs of one machine.
+// Having bf16 instructions does not make them fast: on an Intel Xeon VM
+// with AVX512-BF16 and no AMX, oneDNN 2.6's bf16 brgemm ran [1024 x 384] @
+// [384 x 1536] in 6.9-7.2 ms and its f32 one in 3.5 (2 threads; widened,
+// conversions included, 4.1), and its bf16 convolutions ran at half the f32
+// rate too ([8, 64, 56, 56] 3x3 to 64 channels: 10.4 against 5.3 ms); on an
+// AMD EPYC with the same flags the bf16 GEMM took 1.4 ms and a widened one
+// 4.4. So unless DISC_ONEDNN_BF16 says, the process times both once, at a
+// size where each runs at its steady rate, and widens only when f32 is
+// clearly faster: a near tie keeps the bf16 kernels, so timing noise is
+// unlikely to flip the choice between runs on one machine.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
