@@ -9,6 +9,7 @@
 
 #include "runtime/cpu/onednn_gemm.h"
 #include "runtime/cpu/philox.h"
+#include "runtime/cpu/register_gemm.h"
 #include "runtime/cpu/vector_level.h"
 
 namespace disc::runtime {
@@ -180,7 +181,7 @@ DISC_VECTOR_ROWS void gradient_row(float* s, float* g, const bool* kept, int64_t
 // v, a block's rows of the others), which the GEMMs take. Copied while the
 // head is worked on, they are read again from cache.
 struct Scratch {
-  std::vector<float> s, g, partial;
+  std::vector<float> s, g, partial, b;
   std::vector<char> kept;
   std::vector<float> q, k, v, o, go, out, dk, dv;
 };
@@ -209,14 +210,35 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* 
   onednn_gemm(g);
 }
 
-// c = a @ b, or c += a @ b through `partial` (the GEMM writes, it does not add).
+// b's [k, n] elements as RegisterGemm reads them: b itself when its rows
+// are dense, else a copy in `buf` (k^T and v^T, whose columns are dense).
+const float* dense_rows(GemmOperand b, int64_t k, int64_t n, std::vector<float>& buf) {
+  const float* x = static_cast<const float*>(b.data);
+  if (b.col_stride == 1) return x;
+  buf.resize(k * n);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t p = 0; p < k; ++p) buf[p * n + j] = x[p * b.row_stride + j * b.col_stride];
+  return buf.data();
+}
+
+// c = a @ b, or c += a @ b when `add`: small products in registers
+// (register_gemm.h), the others on oneDNN (which writes, so it adds through
+// sc.partial).
 template <int N>
-DISC_VECTOR_ROWS void gemm_into(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a,
-                                GemmOperand b, float* c, std::vector<float>& partial) {
+DISC_VECTOR_ROWS void product(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b,
+                              float* c, Scratch& sc) {
+  if (register_gemm_fits(m, n, k)) {
+    RegisterGemm g;
+    g.m = m, g.n = n, g.k = k;
+    g.a = static_cast<const float*>(a.data), g.a_row_stride = a.row_stride, g.a_col_stride = a.col_stride;
+    g.b = dense_rows(b, k, n, sc.b), g.b_row_stride = b.col_stride == 1 ? b.row_stride : n;
+    g.c = c, g.c_row_stride = n, g.add = add;
+    return register_gemm<N>(g);
+  }
   if (!add) return gemm(m, n, k, a, b, c);
-  partial.resize(m * n);
-  gemm(m, n, k, a, b, partial.data());
-  add_into<N>(c, partial.data(), m * n);
+  sc.partial.resize(m * n);
+  gemm(m, n, k, a, b, sc.partial.data());
+  add_into<N>(c, sc.partial.data(), m * n);
 }
 
 // x's first `rows` rows ([rows, cols]) as a dense matrix: x itself, or a
@@ -284,8 +306,8 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
       std::fill(lse + i0, lse + i0 + r, kInf);
       continue;
     }
-    gemm(r, n, h.d, row_major(dense(rows_from(q_in, i0), r, h.d, sc.q), h.d), transpose_of(k, h.d),
-         sc.s.data());
+    product<N>(false, r, n, h.d, row_major(dense(rows_from(q_in, i0), r, h.d, sc.q), h.d),
+               transpose_of(k, h.d), sc.s.data(), sc);
     for (int64_t i = i0; i < i0 + r; ++i) {
       float* s = sc.s.data() + (i - i0) * n;
       scores_row<N>(h, i, s, n);
@@ -301,7 +323,7 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
       else scale_row<N>(s, n, 1.f / sum);
     }
     float* out = dense_target(o_rows, r, h.dv, sc.out);
-    gemm(r, h.dv, n, row_major(sc.s.data(), n), row_major(v, h.dv), out);
+    product<N>(false, r, h.dv, n, row_major(sc.s.data(), n), row_major(v, h.dv), out, sc);
     store_rows(o_rows, out, r, h.dv);
   }
 }
@@ -337,8 +359,8 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
     const float* q_rows = dense(rows_from(q_in, i0), r, h.d, sc.q);
     const float* o_rows = dense(rows_from(o_in, i0), r, h.dv, sc.o);
     const float* go_rows = dense(rows_from(grad_o, i0), r, h.dv, sc.go);
-    gemm(r, n, h.d, row_major(q_rows, h.d), transpose_of(k, h.d), sc.s.data());
-    gemm(r, n, h.dv, row_major(go_rows, h.dv), transpose_of(v, h.dv), sc.g.data());
+    product<N>(false, r, n, h.d, row_major(q_rows, h.d), transpose_of(k, h.d), sc.s.data(), sc);
+    product<N>(false, r, n, h.dv, row_major(go_rows, h.dv), transpose_of(v, h.dv), sc.g.data(), sc);
     for (int64_t i = i0; i < i0 + r; ++i) {
       float* s = sc.s.data() + (i - i0) * n;
       float* g = sc.g.data() + (i - i0) * n;
@@ -357,11 +379,11 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
       gradient_row<N>(s, g, kept, n, delta, inv_keep, h.scale);
     }
     const bool add = h.causal || i0 > 0;
-    gemm_into<N>(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc.partial);
+    product<N>(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc);
     float* dq = dense_target(dq_rows, r, h.d, sc.out);
-    gemm(r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq);
+    product<N>(false, r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq, sc);
     store_rows(dq_rows, dq, r, h.d);
-    gemm_into<N>(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc.partial);
+    product<N>(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc);
   }
   store_rows(dk_out, dk, lk, h.d);
   store_rows(dv_out, dv, lk, h.dv);

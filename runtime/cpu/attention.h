@@ -12,7 +12,8 @@
 // a head at stream_offset = its index * lq * lk draws the mask native_dropout
 // draws for the [B, H, lq, lk] scores of SDPA's math path.
 //
-// The GEMMs are oneDNN's, one thread each: callers run heads in parallel.
+// The GEMMs run on one thread each (callers run heads in parallel): small
+// ones in registers (register_gemm.h), the others on oneDNN.
 #pragma once
 #include <cstdint>
 
