@@ -177,9 +177,10 @@ DISC_VECTOR_ROWS void gradient_row(float* s, float* g, const bool* kept, int64_t
 }
 
 // Per-thread scratch: a block's scores (and, backward, their gradients) and
-// one row's dropout mask; and dense copies of strided heads (a head's k and
-// v, a block's rows of the others), which the GEMMs take. Copied while the
-// head is worked on, they are read again from cache.
+// one row's dropout mask; k^T or v^T as the register GEMMs read them (b);
+// and dense copies of strided heads (a head's k and v, a block's rows of
+// the others), which oneDNN's GEMMs take. Copied while the head is worked
+// on, they are read again from cache.
 struct Scratch {
   std::vector<float> s, g, partial, b;
   std::vector<char> kept;
@@ -199,9 +200,14 @@ int64_t block_rows(const AttentionHead& h) {
   return std::clamp<int64_t>((int64_t{1} << 16) / std::max<int64_t>(h.lk, 1), 1, h.lq);
 }
 
-GemmOperand row_major(const float* p, int64_t cols) { return {p, 0, cols, 1}; }
-// The transpose of a row-major matrix of `cols` columns.
-GemmOperand transpose_of(const float* p, int64_t cols) { return {p, 0, 1, cols}; }
+// Whether every GEMM of the head runs in registers: each multiplies two of
+// a block's rows, the keys and a head width.
+bool in_registers(const AttentionHead& h) {
+  return register_gemm_fits(block_rows(h), h.lk, std::max(h.d, h.dv));
+}
+
+GemmOperand rows_of(InRows x) { return {x.data, 0, x.stride, 1}; }
+GemmOperand transposed(InRows x) { return {x.data, 0, 1, x.stride}; }
 
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* c) {
   Gemm g;
@@ -210,8 +216,8 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b, float* 
   onednn_gemm(g);
 }
 
-// b's [k, n] elements as RegisterGemm reads them: b itself when its rows
-// are dense, else a copy in `buf` (k^T and v^T, whose columns are dense).
+// b's [k, n] elements as RegisterGemm reads them: b itself when its rows'
+// elements are contiguous, else a copy in `buf` (k^T and v^T).
 const float* dense_rows(GemmOperand b, int64_t k, int64_t n, std::vector<float>& buf) {
   const float* x = static_cast<const float*>(b.data);
   if (b.col_stride == 1) return x;
@@ -222,50 +228,53 @@ const float* dense_rows(GemmOperand b, int64_t k, int64_t n, std::vector<float>&
 }
 
 // c = a @ b, or c += a @ b when `add`: small products in registers
-// (register_gemm.h), the others on oneDNN (which writes, so it adds through
-// sc.partial).
+// (register_gemm.h), which read and write rows wherever they lie; the
+// others on oneDNN, whose operands and c must be dense (readable() and
+// writable() make them so), and which writes, so it adds through
+// sc.partial.
 template <int N>
 DISC_VECTOR_ROWS void product(bool add, int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b,
-                              float* c, Scratch& sc) {
+                              OutRows c, Scratch& sc) {
   if (register_gemm_fits(m, n, k)) {
     RegisterGemm g;
     g.m = m, g.n = n, g.k = k;
     g.a = static_cast<const float*>(a.data), g.a_row_stride = a.row_stride, g.a_col_stride = a.col_stride;
     g.b = dense_rows(b, k, n, sc.b), g.b_row_stride = b.col_stride == 1 ? b.row_stride : n;
-    g.c = c, g.c_row_stride = n, g.add = add;
+    g.c = c.data, g.c_row_stride = c.stride, g.add = add;
     return register_gemm<N>(g);
   }
-  if (!add) return gemm(m, n, k, a, b, c);
+  if (!add) return gemm(m, n, k, a, b, c.data);
   sc.partial.resize(m * n);
   gemm(m, n, k, a, b, sc.partial.data());
-  add_into<N>(c, sc.partial.data(), m * n);
+  add_into<N>(c.data, sc.partial.data(), m * n);
 }
 
-// x's first `rows` rows ([rows, cols]) as a dense matrix: x itself, or a
-// copy in `buf`.
-const float* dense(InRows x, int64_t rows, int64_t cols, std::vector<float>& buf) {
-  if (x.stride == cols || rows <= 1) return x.data;
+// x's first `rows` rows ([rows, cols]) as the GEMMs read them: x itself
+// when they run in registers or x is dense, else a dense copy in `buf`.
+InRows readable(InRows x, int64_t rows, int64_t cols, bool in_registers, std::vector<float>& buf) {
+  if (in_registers || x.stride == cols || rows <= 1) return x;
   buf.resize(rows * cols);
   for (int64_t i = 0; i < rows; ++i)
     std::memcpy(buf.data() + i * cols, x.data + i * x.stride, cols * sizeof(float));
-  return buf.data();
+  return {buf.data(), cols};
 }
 
 InRows rows_from(InRows x, int64_t first) { return {x.data + first * x.stride, x.stride}; }
 OutRows rows_from(OutRows x, int64_t first) { return {x.data + first * x.stride, x.stride}; }
+InRows dense_in(const std::vector<float>& x, int64_t cols) { return {x.data(), cols}; }
 
-// Where a GEMM writes x's [rows, cols] block: x itself when dense, else
-// `buf`, which store_rows then copies into x.
-float* dense_target(OutRows x, int64_t rows, int64_t cols, std::vector<float>& buf) {
-  if (x.stride == cols || rows <= 1) return x.data;
+// Where the GEMMs write x's [rows, cols] block: x itself when they run in
+// registers or x is dense, else `buf`, which store_rows then copies into x.
+OutRows writable(OutRows x, int64_t rows, int64_t cols, bool in_registers, std::vector<float>& buf) {
+  if (in_registers || x.stride == cols || rows <= 1) return x;
   buf.resize(rows * cols);
-  return buf.data();
+  return {buf.data(), cols};
 }
 
-void store_rows(OutRows x, const float* block, int64_t rows, int64_t cols) {
-  if (block == x.data) return;
+void store_rows(OutRows x, OutRows block, int64_t rows, int64_t cols) {
+  if (block.data == x.data) return;
   for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(x.data + i * x.stride, block + i * cols, cols * sizeof(float));
+    std::memcpy(x.data + i * x.stride, block.data + i * block.stride, cols * sizeof(float));
 }
 
 void fill_rows(OutRows x, int64_t rows, int64_t cols, float value) {
@@ -295,8 +304,8 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
   const int64_t rows = block_rows(h), lk = h.lk;
   sc.s.resize(rows * lk);
   sc.kept.resize(lk);
-  const float* k = dense(k_in, lk, h.d, sc.k);
-  const float* v = dense(v_in, lk, h.dv, sc.v);
+  const bool regs = in_registers(h);
+  const InRows k = readable(k_in, lk, h.d, regs, sc.k), v = readable(v_in, lk, h.dv, regs, sc.v);
   const float inv_keep = h.dropout_p > 0 ? 1.f / (1.f - h.dropout_p) : 1.f;
   for (int64_t i0 = 0; i0 < h.lq; i0 += rows) {
     const int64_t r = std::min(rows, h.lq - i0), n = keys_seen(h, i0, r);
@@ -306,8 +315,8 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
       std::fill(lse + i0, lse + i0 + r, kInf);
       continue;
     }
-    product<N>(false, r, n, h.d, row_major(dense(rows_from(q_in, i0), r, h.d, sc.q), h.d),
-               transpose_of(k, h.d), sc.s.data(), sc);
+    const InRows q = readable(rows_from(q_in, i0), r, h.d, regs, sc.q);
+    product<N>(false, r, n, h.d, rows_of(q), transposed(k), {sc.s.data(), n}, sc);
     for (int64_t i = i0; i < i0 + r; ++i) {
       float* s = sc.s.data() + (i - i0) * n;
       scores_row<N>(h, i, s, n);
@@ -322,8 +331,8 @@ DISC_VECTOR_ROWS void forward_rows(const AttentionHead& h, InRows q_in, InRows k
       if (h.dropout_p > 0) drop(h, i, s, n, inv_keep / sum, sc);
       else scale_row<N>(s, n, 1.f / sum);
     }
-    float* out = dense_target(o_rows, r, h.dv, sc.out);
-    product<N>(false, r, h.dv, n, row_major(sc.s.data(), n), row_major(v, h.dv), out, sc);
+    const OutRows out = writable(o_rows, r, h.dv, regs, sc.out);
+    product<N>(false, r, h.dv, n, rows_of(dense_in(sc.s, n)), rows_of(v), out, sc);
     store_rows(o_rows, out, r, h.dv);
   }
 }
@@ -337,17 +346,16 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
   sc.s.resize(rows * lk);
   sc.g.resize(rows * lk);
   sc.kept.resize(lk);
-  const float* k = dense(k_in, lk, h.d, sc.k);
-  const float* v = dense(v_in, lk, h.dv, sc.v);
-  // dk and dv add up over the blocks, in place when dense.
-  float* dk = dense_target(dk_out, lk, h.d, sc.dk);
-  float* dv = dense_target(dv_out, lk, h.dv, sc.dv);
+  const bool regs = in_registers(h);
+  const InRows k = readable(k_in, lk, h.d, regs, sc.k), v = readable(v_in, lk, h.dv, regs, sc.v);
+  // dk and dv add up over the blocks.
+  const OutRows dk = writable(dk_out, lk, h.d, regs, sc.dk), dv = writable(dv_out, lk, h.dv, regs, sc.dv);
   const float inv_keep = h.dropout_p > 0 ? 1.f / (1.f - h.dropout_p) : 1.f;
   // The first block writes dk and dv, the others add; causal blocks see
   // fewer keys than the next ones, so there every block adds.
   if (h.causal) {
-    std::fill(dk, dk + lk * h.d, 0.f);
-    std::fill(dv, dv + lk * h.dv, 0.f);
+    fill_rows(dk, lk, h.d, 0.f);
+    fill_rows(dv, lk, h.dv, 0.f);
   }
   for (int64_t i0 = 0; i0 < h.lq; i0 += rows) {
     const int64_t r = std::min(rows, h.lq - i0), n = keys_seen(h, i0, r);
@@ -356,18 +364,18 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
       fill_rows(dq_rows, r, h.d, 0.f);
       continue;
     }
-    const float* q_rows = dense(rows_from(q_in, i0), r, h.d, sc.q);
-    const float* o_rows = dense(rows_from(o_in, i0), r, h.dv, sc.o);
-    const float* go_rows = dense(rows_from(grad_o, i0), r, h.dv, sc.go);
-    product<N>(false, r, n, h.d, row_major(q_rows, h.d), transpose_of(k, h.d), sc.s.data(), sc);
-    product<N>(false, r, n, h.dv, row_major(go_rows, h.dv), transpose_of(v, h.dv), sc.g.data(), sc);
+    const InRows q = readable(rows_from(q_in, i0), r, h.d, regs, sc.q);
+    const InRows o = readable(rows_from(o_in, i0), r, h.dv, regs, sc.o);
+    const InRows go = readable(rows_from(grad_o, i0), r, h.dv, regs, sc.go);
+    product<N>(false, r, n, h.d, rows_of(q), transposed(k), {sc.s.data(), n}, sc);
+    product<N>(false, r, n, h.dv, rows_of(go), transposed(v), {sc.g.data(), n}, sc);
     for (int64_t i = i0; i < i0 + r; ++i) {
       float* s = sc.s.data() + (i - i0) * n;
       float* g = sc.g.data() + (i - i0) * n;
       // sum_j p_ij dP_ij = dO_i . O_i: the softmax backward's row term.
       float delta = 0.f;
-      const float* go_i = go_rows + (i - i0) * h.dv;
-      const float* o_i = o_rows + (i - i0) * h.dv;
+      const float* go_i = go.data + (i - i0) * go.stride;
+      const float* o_i = o.data + (i - i0) * o.stride;
       for (int64_t c = 0; c < h.dv; ++c) delta += go_i[c] * o_i[c];
       scores_row<N>(h, i, s, n);
       exp_row<N>(s, n, lse[i]);
@@ -379,11 +387,11 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
       gradient_row<N>(s, g, kept, n, delta, inv_keep, h.scale);
     }
     const bool add = h.causal || i0 > 0;
-    product<N>(add, n, h.dv, r, transpose_of(sc.s.data(), n), row_major(go_rows, h.dv), dv, sc);
-    float* dq = dense_target(dq_rows, r, h.d, sc.out);
-    product<N>(false, r, h.d, n, row_major(sc.g.data(), n), row_major(k, h.d), dq, sc);
+    product<N>(add, n, h.dv, r, transposed(dense_in(sc.s, n)), rows_of(go), dv, sc);
+    const OutRows dq = writable(dq_rows, r, h.d, regs, sc.out);
+    product<N>(false, r, h.d, n, rows_of(dense_in(sc.g, n)), rows_of(k), dq, sc);
     store_rows(dq_rows, dq, r, h.d);
-    product<N>(add, n, h.d, r, transpose_of(sc.g.data(), n), row_major(q_rows, h.d), dk, sc);
+    product<N>(add, n, h.d, r, transposed(dense_in(sc.g, n)), rows_of(q), dk, sc);
   }
   store_rows(dk_out, dk, lk, h.d);
   store_rows(dv_out, dv, lk, h.dv);
