@@ -11,6 +11,7 @@
 #include "runtime/components.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/philox.h"
+#include "runtime/cpu/register_gemm.h"
 
 namespace {
 
@@ -224,6 +225,19 @@ TEST(Attention, ManyBlocksAccumulateTheKeyGradients) {
   AttentionHead h = head(600, 256, 8, 4);
   h.dropout_p = 0.2f, h.seed = 9;
   check(h);
+}
+
+// Heads whose GEMMs exceed the register GEMMs' 2^20 multiply-adds run them
+// on oneDNN, strided heads through dense copies; a last block small enough
+// runs its GEMMs in registers, adding into the same key gradients.
+TEST(Attention, LargeHeadsRunOneDnnGemms) {
+  AttentionHead h = head(300, 256, 32, 40);
+  ASSERT_FALSE(disc::runtime::register_gemm_fits(256, 256, 40));
+  h.dropout_p = 0.1f, h.seed = 21;
+  check(h);
+  AttentionHead causal = head(600, 300, 32, 32);
+  causal.causal = true;
+  check(causal);
 }
 
 TEST(Attention, AdditiveMaskBroadcastOverRows) {
