@@ -8,7 +8,8 @@ namespace disc::lowering {
 
 namespace {
 
-enum Codegen : bool { kNone = false, kEmit = true };
+// ops.def's codegen column: kEmitCpu is generated for the CPU target only.
+enum Codegen : uint8_t { kNone, kEmit, kEmitCpu };
 
 // Rows by interned id. Every name of ops.def is interned when the table is
 // built, so an id beyond it, or a hole in it, is an op in no row: the
@@ -27,7 +28,8 @@ const Table& table() {
       if (id >= t.by_id.size()) t.by_id.resize(id + 1);
       t.by_id[id] = info;
     };
-#define DISC_OP(id, name, cls, codegen) add(name, OpInfo{Op::id, OpClass::cls, codegen});
+#define DISC_OP(id, name, cls, codegen) \
+  add(name, OpInfo{Op::id, OpClass::cls, codegen != kNone, codegen == kEmitCpu});
 #include "lowering/ops.def"
 #undef DISC_OP
     return t;

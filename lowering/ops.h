@@ -30,8 +30,13 @@ enum class Op : uint16_t {
 struct OpInfo {
   Op op = Op::kOther;
   OpClass cls = OpClass::kOpaque;
-  bool codegen = false;  // generated kernels compute it (ops.def's kEmit)
+  bool codegen = false;  // generated kernels compute it (ops.def's kEmit or kEmitCpu)
+  bool cpu_only = false;  // ... on the CPU target only (kEmitCpu): CUDA runs it on ATen
 };
+
+// Whether generated kernels for `target` compute the op (before its dtypes
+// and attributes are asked: codegen_takes, group_analysis.h).
+inline bool generated_for(const OpInfo& info, bool cuda) { return info.codegen && !(cuda && info.cpu_only); }
 
 // The row of interned op `op` (ir::intern_op); ops in no row are opaque
 // (parameters: kData), and no kernel computes them.

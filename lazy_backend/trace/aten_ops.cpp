@@ -13,16 +13,19 @@ struct Facts {
   const char* host_only = nullptr;
 };
 
+enum class Scalars { kData, kSizes, kForm };
+
 struct Family {
   const char* prefix;
   bool sizes_from_inputs;
-  bool scalars_are_sizes;
+  Scalars scalars;
 };
 
 // The table's columns as values; the shape columns are shape_rules.cpp's.
 constexpr bool PATTERN = true, EXACT = false;
 constexpr bool WHOLE = true, OP = false;
-constexpr bool SCALARS_ARE_SIZES = true, SCALARS_ARE_DATA = false;
+constexpr Scalars SCALARS_ARE_DATA = Scalars::kData, SCALARS_ARE_SIZES = Scalars::kSizes,
+                  SCALARS_ARE_FORM = Scalars::kForm;
 constexpr const char* DEVICE = nullptr;
 constexpr const char* HOST(const char* why) { return why; }
 
@@ -65,7 +68,12 @@ bool sizes_from_inputs(const std::string& schema_name) {
 
 bool scalars_are_sizes(const std::string& schema_name) {
   const Family* f = family_of(schema_name);
-  return f && f->scalars_are_sizes;
+  return f && f->scalars == Scalars::kSizes;
+}
+
+bool scalars_are_form(const std::string& schema_name) {
+  const Family* f = family_of(schema_name);
+  return f && f->scalars == Scalars::kForm;
 }
 
 const char* host_only(const std::string& schema_name) {

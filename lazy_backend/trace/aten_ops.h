@@ -15,6 +15,11 @@ bool sizes_from_inputs(const std::string& schema_name);
 // Whether the op's Scalar arguments are sizes (arange's bounds).
 bool scalars_are_sizes(const std::string& schema_name);
 
+// Whether the op's float Scalar arguments decide the computation's form
+// (pow's exponent): traced as attributes, in the graph's structure, not as
+// the runtime scalars other float Scalars are (a learning rate).
+bool scalars_are_form(const std::string& schema_name);
+
 // Why the op always runs on the CPU fallback, or nullptr when it is traced.
 const char* host_only(const std::string& schema_name);
 

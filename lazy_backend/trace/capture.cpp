@@ -102,6 +102,7 @@ struct OpInfo {
   uint32_t id = 0;   // ir::intern_op(name)
   std::optional<std::string> unrecordable;
   bool random = false, arange = false;
+  bool scalar_form = false;  // float Scalars are attributes (aten_ops::scalars_are_form)
   bool may_fail = false;  // on its data, when the graph runs: remember where it was traced
   bool conv = false;      // convolution or convolution_backward (conv_channels_last)
 };
@@ -127,6 +128,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   info.unrecordable = unrecordable_schema(schema);
   info.random = op.hasTag(at::Tag::nondeterministic_seeded);
   info.arange = aten_ops::scalars_are_sizes(info.name);
+  info.scalar_form = aten_ops::scalars_are_form(info.name);
   info.may_fail = lowering::may_fail_on_data(info.id);
   info.conv = lowering::is_convolution(info.id);
   return info;
@@ -193,7 +195,7 @@ Recorded record(const OpInfo& info, const c10::FunctionSchema& schema,
       b.optional_tensor_list(vs);
     } else if (v.isTensor()) {
       b.none();  // an undefined optional tensor
-    } else if (is_runtime_scalar(v, formals[i])) {
+    } else if (is_runtime_scalar(v, formals[i]) && !info.scalar_form) {
       b.runtime(*to_attr(v, formals[i]));
     } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
       std::vector<ir::Attr> scalars;  // ScalarList, e.g. Adam's step sizes

@@ -26,13 +26,11 @@ namespace {
 
 constexpr size_t kMaxKernelArgs = 32;
 
-// Only what generated kernels compute (ops.def's kEmit) in dtypes they take
-// (codegen_takes_dtypes): a group the codegen would decline runs every one
-// of its ops on ATen, so an op it cannot take stays out and the ops around
-// it still fuse.
-bool is_fusible(const Program& p, uint32_t op) {
-  return op_info(p.ops[op].node->op).codegen && codegen_takes_dtypes(p, op);
-}
+// Only what generated kernels compute (codegen_takes: ops.def's row for the
+// target, dtypes, attributes): a group the codegen would decline runs every
+// one of its ops on ATen, so an op it cannot take stays out and the ops
+// around it still fuse.
+bool is_fusible(const Program& p, uint32_t op) { return codegen_takes(p, op); }
 
 class Planner {
  public:

@@ -163,6 +163,62 @@ TEST(FusionPlan, AnOpWithoutCodegenJoinsNoGroupAndSplitsTheChainAroundIt) {
   EXPECT_TRUE(p.plan.declined.empty());
 }
 
+// x ** e -> add: pow joins the chain where the kernel computes it as
+// ATen does (e = 3, x * x * x), else it runs on ATen and the add alone is
+// the kernel.
+Program pow_then_add(double exponent, Target target, uint32_t* pow_op) {
+  GraphBuilder b;
+  auto x = b.param({64, 128});
+  auto p = b.op("aten::pow.Tensor_Scalar", {x}, {64, 128}, {GraphBuilder::scalar(exponent)});
+  auto a = b.op("aten::add.Tensor", {p, x}, {64, 128}, {GraphBuilder::scalar(1)});
+  Program prog = make_program(ir::build_graph({a}));
+  prog.target = target;
+  run_passes(prog, pass_names());
+  *pow_op = disc::testing::index_of(prog, p);
+  return prog;
+}
+
+TEST(FusionPlan, PowJoinsTheChainForExponentsTheKernelComputesAsAten) {
+  for (double e : {0.0, 1.0, 2.0, 3.0, -1.0}) {
+    uint32_t pow_op = 0;
+    Program p = pow_then_add(e, Target::kCpu, &pow_op);
+    EXPECT_GE(p.ops[pow_op].group, 0) << e;
+    EXPECT_EQ(p.plan.kernels.size(), 1u) << e;
+  }
+  for (double e : {0.5, -0.5, -2.0, 1.7}) {  // ATen's sqrt and std::pow
+    uint32_t pow_op = 0;
+    Program p = pow_then_add(e, Target::kCpu, &pow_op);
+    EXPECT_EQ(p.ops[pow_op].group, -1) << e;
+    EXPECT_TRUE(p.plan.declined.empty()) << e;
+  }
+}
+
+TEST(FusionPlan, PowWithARuntimeExponentRunsOnAten) {
+  GraphBuilder b;
+  auto x = b.param({64, 128});
+  auto p = b.op("aten::pow.Tensor_Scalar", {x}, {64, 128}, {}, {GraphBuilder::scalar(3.0)});
+  auto a = b.op("aten::add.Tensor", {p, x}, {64, 128}, {GraphBuilder::scalar(1)});
+  Program prog = planned({a});
+  EXPECT_EQ(prog.ops[disc::testing::index_of(prog, p)].group, -1);
+}
+
+TEST(FusionPlan, PowAndTanhBackwardAreTheCpusOnly) {
+  uint32_t pow_op = 0;
+  Program p = pow_then_add(3.0, Target::kCuda, &pow_op);
+  EXPECT_EQ(p.ops[pow_op].group, -1);
+  EXPECT_TRUE(p.plan.declined.empty());
+  for (Target target : {Target::kCpu, Target::kCuda}) {
+    GraphBuilder b;
+    auto g = b.param({64, 128}), y = b.param({64, 128});
+    auto d = b.op("aten::tanh_backward", {g, y}, {64, 128});
+    auto r = b.op("aten::mul.Tensor", {d, y}, {64, 128});
+    Program q = make_program(ir::build_graph({r}));
+    q.target = target;
+    run_passes(q, pass_names());
+    EXPECT_EQ(q.ops[disc::testing::index_of(q, d)].group >= 0, target == Target::kCpu);
+  }
+}
+
 // bf16: mul -> add(+ f32 0-dim) -> relu, on `target`.
 Program bf16_chain_adding_a_number(GraphBuilder& b, Target target, ir::Value* add) {
   auto x = b.param({64, 128}, ir::DType::kBFloat16);

@@ -90,9 +90,10 @@ bool GroupAnalysis::collect(std::string* why) {
       const ir::DType out = n.outputs.size() == 1 ? n.outputs[0].dtype : ir::DType::kBool;
       if (out != ir::DType::kFloat32 && !reduced_float(p_, out))
         return fail(why, op, "only single f32, bf16 or f16 (CPU) outputs are generated");
+      if (!op_info(n.op).codegen) return fail(why, op, "op has no codegen");
       if (!codegen_takes_dtypes(p_, op))
         return fail(why, op, "a bf16 or f16 op with an input of another dtype");
-      if (!op_info(n.op).codegen) return fail(why, op, "op has no codegen");
+      if (!codegen_takes(p_, op)) return fail(why, op, "no codegen for this target, dtype or exponent");
       if (used_outside_[op]) kernel_.outputs.push_back({op, 0, KernelOutput::Extent::kElements});
     }
     for (const ir::GraphRef& r : p_.ops[op].inputs) {
@@ -267,6 +268,30 @@ bool codegen_takes_dtypes(const Program& p, uint32_t op) {
       return false;
   }
   return true;
+}
+
+std::optional<double> emitted_pow_exponent(const Program& p, uint32_t op) {
+  const ir::Node& n = *p.ops[op].node;
+  if (op_of(n.op) != Op::kPowScalar || n.outputs[0].dtype != ir::DType::kFloat32) return std::nullopt;
+  const ir::Attr* a = n.attr_operand(1);
+  if (!a) return std::nullopt;
+  double e = 0;
+  if (a->kind == ir::Attr::Kind::kScalarDouble) e = a->d;
+  else if (a->kind == ir::Attr::Kind::kScalarInt) e = static_cast<double>(a->i);
+  else return std::nullopt;
+  for (double emitted : {0.0, 1.0, 2.0, 3.0, -1.0})
+    if (e == emitted) return e;
+  return std::nullopt;
+}
+
+bool codegen_takes(const Program& p, uint32_t op) {
+  const ir::Node& n = *p.ops[op].node;
+  if (!generated_for(op_info(n.op), p.target == Target::kCuda)) return false;
+  switch (op_of(n.op)) {
+    case Op::kPowScalar: return emitted_pow_exponent(p, op).has_value();
+    case Op::kTanhBackward: return n.outputs[0].dtype == ir::DType::kFloat32 && codegen_takes_dtypes(p, op);
+    default: return codegen_takes_dtypes(p, op);
+  }
 }
 
 std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, std::string* why) {

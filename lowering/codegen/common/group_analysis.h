@@ -30,6 +30,18 @@ std::optional<KernelInterface> plan_fused_kernel(const Program& p, uint32_t g, s
 // weights, as autocast mixes them.
 bool codegen_takes_dtypes(const Program& p, uint32_t op);
 
+// Whether generated kernels for p's target compute `op` as it is here: its
+// row in ops.def (generated_for), its dtypes (codegen_takes_dtypes) and its
+// attributes (pow: emitted_pow_exponent).
+bool codegen_takes(const Program& p, uint32_t op);
+
+// pow.Tensor_Scalar's exponent where generated kernels compute it in f32
+// to ATen's bits, by filling, copying, multiplying or dividing: 0, 1, 2, 3
+// or -1. nullopt: any other exponent (0.5 and -0.5 are ATen's exact sqrt,
+// which the generated one is not; others std::pow), or one known only at
+// run time.
+std::optional<double> emitted_pow_exponent(const Program& p, uint32_t op);
+
 // A 0-dim f32, f64 or int64 tensor: a Python number as torch passes it
 // (x * 0.5), or a 0-dim tensor (clipping's coefficient).
 bool is_number(const ir::TensorType& t);

@@ -227,6 +227,8 @@ std::string ValueEmitter::compute(uint32_t op, const std::vector<std::string>& i
     }
     case Op::kGelu: return gelu(op, in.at(0));
     case Op::kGeluBackward: return gelu_backward(op, in.at(0), in.at(1));
+    case Op::kPowScalar: return pow(op, in.at(0));
+    case Op::kTanhBackward: return tanh_backward(in.at(0), in.at(1));
     case Op::kThresholdBackward: {  // grad where self > threshold, else 0
       // Named first: argument order is unspecified, and the kernel text
       // (a cache key) must not depend on the compiler.
@@ -313,6 +315,29 @@ std::string ValueEmitter::gelu_backward(uint32_t op, const std::string& dy, cons
     derivative = binary("arith.addf", cdf, binary("arith.mulf", x, pdf));
   }
   return binary("arith.mulf", dy, derivative);
+}
+
+// x ** e for the exponents emitted_pow_exponent allows, as ATen's CPU
+// kernel computes them: 0 fills 1 and 1 copies (even NaN), 2 and 3
+// multiply left to right, -1 divides 1.
+std::string ValueEmitter::pow(uint32_t op, const std::string& x) {
+  const std::optional<double> e = emitted_pow_exponent(p_, op);
+  if (!e) throw std::logic_error("pow: an exponent generated kernels do not compute");
+  if (*e == 0.0) return constant(1.0);
+  if (*e == 1.0) return x;
+  if (*e == 2.0) return binary("arith.mulf", x, x);
+  if (*e == 3.0) return binary("arith.mulf", binary("arith.mulf", x, x), x);
+  return binary("arith.divf", constant(1.0), x);  // -1
+}
+
+// grad * (1 - y * y), y = tanh(x), as ATen's vectorized CPU kernel computes
+// it: 1 - y * y as one fused multiply-add, then the product.
+std::string ValueEmitter::tanh_backward(const std::string& grad, const std::string& y) {
+  std::string one = constant(1.0);
+  std::string minus_y = unary("arith.negf", y);
+  std::string d = fresh();
+  line(d + " = math.fma " + minus_y + ", " + y + ", " + one + " : " + type_);
+  return binary("arith.mulf", grad, d);
 }
 
 // self +/- alpha * other, alpha left out when it is 1.

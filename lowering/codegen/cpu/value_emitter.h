@@ -86,6 +86,8 @@ class ValueEmitter {
   std::string gelu_tanh_inner(const std::string& x);
   std::string gelu(uint32_t op, const std::string& x);
   std::string gelu_backward(uint32_t op, const std::string& dy, const std::string& x);
+  std::string pow(uint32_t op, const std::string& x);
+  std::string tanh_backward(const std::string& grad, const std::string& y);
 
   const Program& p_;
   std::ostringstream& out_;
