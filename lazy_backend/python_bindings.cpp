@@ -243,7 +243,8 @@ void bind_caches(py::module_& m) {
     const HostCacheStats s = host_cache_stats();
     return std::map<std::string, int64_t>{{"idle_bytes", s.idle_bytes},
                                           {"in_use_bytes", s.in_use_bytes},
-                                          {"idle_blocks", s.idle_blocks}};
+                                          {"idle_blocks", s.idle_blocks},
+                                          {"idle_cap_bytes", s.idle_cap_bytes}};
   }), py::call_guard<py::gil_scoped_release>());
   m.def("empty_host_cache", after_worker(&empty_host_cache), py::call_guard<py::gil_scoped_release>(),
         "Frees the idle cached host blocks; bytes freed");

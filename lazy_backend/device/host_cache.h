@@ -11,7 +11,8 @@
 // calling thread (the compiled executor's run) and of at least 16 KiB come
 // from the cache; every other CPU allocation goes to the allocator that was
 // installed before, unchanged. Freed blocks return to the cache wherever
-// they are freed, up to DISC_HOST_CACHE_MB of idle bytes (docs/env_vars.md).
+// they are freed, up to DISC_HOST_CACHE_MB of idle bytes (docs/env_vars.md;
+// by default a quarter of the memory the process may use).
 #pragma once
 #include <cstdint>
 
@@ -37,6 +38,7 @@ struct HostCacheStats {
   int64_t idle_bytes = 0;    // cached, free for reuse
   int64_t in_use_bytes = 0;  // handed out, not yet freed
   int64_t idle_blocks = 0;
+  int64_t idle_cap_bytes = 0;  // the most idle bytes kept (DISC_HOST_CACHE_MB)
 };
 HostCacheStats host_cache_stats();
 

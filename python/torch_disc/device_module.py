@@ -257,9 +257,9 @@ def stream(stream) -> StreamContext:
 def memory_stats(device=None) -> dict:
     """``torch.cuda.memory_stats``'s keys (``allocated_bytes.all.current``,
     ...), plus the executor's host buffer cache (``DISC_HOST_CACHE_MB``) as
-    ``host_cache.idle_bytes``, ``host_cache.in_use_bytes`` and
-    ``host_cache.idle_blocks``; its hits and misses are in
-    :mod:`torch_disc.metrics`."""
+    ``host_cache.idle_bytes``, ``host_cache.in_use_bytes``,
+    ``host_cache.idle_blocks`` and ``host_cache.idle_cap_bytes`` (the most
+    it keeps idle); its hits and misses are in :mod:`torch_disc.metrics`."""
     stats = dict(torch.accelerator.memory_stats(_index(device)))
     stats.update({f"host_cache.{k}": v for k, v in _C.host_cache_stats().items()})
     return stats
