@@ -65,6 +65,10 @@ std::pair<int64_t, std::string> parse(const Info& o, const std::string& value) {
       bad(o, value, "one of 0/1/false/true/off/on");
     }
     case Type::kInt: {
+      // A named value (`choices`, e.g. "auto") reads as -1, -2, ...
+      const std::vector<std::string> named = o.choices[0] ? split_choices(o.choices) : std::vector<std::string>{};
+      for (size_t k = 0; k < named.size(); ++k)
+        if (lower(value) == named[k]) return {-static_cast<int64_t>(k) - 1, named[k]};
       size_t used = 0;
       long long n = -1;
       try {
@@ -72,7 +76,8 @@ std::pair<int64_t, std::string> parse(const Info& o, const std::string& value) {
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != value.size() || n < 0) bad(o, value, "a whole number >= 0");
+      if (used != value.size() || n < 0)
+        bad(o, value, named.empty() ? "a whole number >= 0" : "a whole number >= 0 or " + std::string(o.choices));
       return {n, std::to_string(n)};
     }
     case Type::kChoice: {

@@ -28,7 +28,7 @@ struct Info {
   const char* name;
   Type type;
   const char* default_value;
-  const char* choices;  // kChoice: '|'-separated
+  const char* choices;  // kChoice: '|'-separated; kInt: named values besides numbers
   Effect effect;
   const char* doc;
 };
@@ -40,7 +40,7 @@ const Info& info(Id id);
 const Info& info(const std::string& name);
 
 bool flag(Id id);        // kBool
-int64_t integer(Id id);  // kInt
+int64_t integer(Id id);  // kInt: the number, or -1, -2, ... for its named values
 // kChoice: the index of the value in `choices`; kBool: 0 or 1.
 int64_t choice(Id id);
 std::string text(Id id);  // any type, as canonical text ("1", "nhwc", "1024")

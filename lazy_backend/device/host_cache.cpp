@@ -13,7 +13,6 @@
 #include <list>
 #include <map>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
@@ -55,11 +54,8 @@ int64_t usable_memory_bytes() {
 // missed and page-faulted fresh memory in), or a whole number of MiB.
 int64_t idle_cap_bytes() {
   static const int64_t cap = [] {
-    const std::string v = options::text(options::Id::kHostCacheMb);
-    if (v == "auto") return usable_memory_bytes() / 4;
-    if (v.empty() || v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos)
-      throw std::invalid_argument("DISC_HOST_CACHE_MB='" + v + "': expected auto or a whole number of MiB");
-    return static_cast<int64_t>(std::stoll(v)) << 20;
+    const int64_t mib = options::integer(options::Id::kHostCacheMb);  // -1: auto
+    return mib < 0 ? usable_memory_bytes() / 4 : mib << 20;
   }();
   return cap;
 }

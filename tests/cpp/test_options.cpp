@@ -55,6 +55,9 @@ TEST(Options, ChoicesAndNumbersReadBackCanonically) {
   options::reset(options::Id::kConv);
   options::set(options::Id::kHostCacheMb, "64");
   EXPECT_EQ(options::integer(options::Id::kHostCacheMb), 64);
+  options::set(options::Id::kHostCacheMb, "AUTO");  // a named value: -1
+  EXPECT_EQ(options::text(options::Id::kHostCacheMb), "auto");
+  EXPECT_EQ(options::integer(options::Id::kHostCacheMb), -1);
   options::reset(options::Id::kHostCacheMb);
 }
 
