@@ -33,16 +33,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 template <int N>
 DISC_VECTOR_ROWS F32<N> splat(float v) { return F32<N>{} + v; }
 
-template <int N>
-DISC_VECTOR_ROWS F32<N> load(const float* p) {
-  F32<N> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <int N>
-DISC_VECTOR_ROWS void store(float* p, F32<N> v) { std::memcpy(p, &v, sizeof v); }
-
 // e^x within ~1 ulp, and exactly 0 for -inf: 2^k e^r with k = round(x / ln 2),
 // r = x - k ln 2 in two parts (Cody-Waite), e^r by its Taylor polynomial of
 // degree 7 (|r| <= ln 2 / 2: remainder below 6e-9). x is clamped to
@@ -80,7 +70,7 @@ DISC_VECTOR_ROWS void scores_row(const AttentionHead& h, int64_t i, float* s, in
   const float scale = h.scale;
   if (!m.data) {
     int64_t j = 0;
-    for (; j + N <= n; j += N) store<N>(s + j, load<N>(s + j) * scale);
+    for (; j + N <= n; j += N) store_lanes<N>(s + j, load_lanes<N>(s + j) * scale);
     for (; j < n; ++j) s[j] *= scale;
   } else if (m.is_bool && m.col_stride == 1) {
     const bool* b = static_cast<const bool*>(m.data) + i * m.row_stride;
@@ -89,7 +79,7 @@ DISC_VECTOR_ROWS void scores_row(const AttentionHead& h, int64_t i, float* s, in
       U8<N> bytes;
       std::memcpy(&bytes, b + j, sizeof bytes);
       const I32<N> on = __builtin_convertvector(bytes, I32<N>);
-      store<N>(s + j, on != 0 ? load<N>(s + j) * scale : splat<N>(-kInf));
+      store_lanes<N>(s + j, on != 0 ? load_lanes<N>(s + j) * scale : splat<N>(-kInf));
     }
     for (; j < n; ++j) s[j] = b[j] ? s[j] * scale : -kInf;
   } else if (m.is_bool || m.col_stride != 1) {
@@ -102,7 +92,7 @@ DISC_VECTOR_ROWS void scores_row(const AttentionHead& h, int64_t i, float* s, in
   } else {
     const float* a = static_cast<const float*>(m.data) + i * m.row_stride;
     int64_t j = 0;
-    for (; j + N <= n; j += N) store<N>(s + j, load<N>(s + j) * scale + load<N>(a + j));
+    for (; j + N <= n; j += N) store_lanes<N>(s + j, load_lanes<N>(s + j) * scale + load_lanes<N>(a + j));
     for (; j < n; ++j) s[j] = s[j] * scale + a[j];
   }
   if (h.causal)
@@ -114,7 +104,7 @@ DISC_VECTOR_ROWS float max_of(const float* s, int64_t n) {
   F32<N> mv = splat<N>(-kInf);
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const F32<N> v = load<N>(s + j);
+    const F32<N> v = load_lanes<N>(s + j);
     mv = v > mv ? v : mv;
   }
   float mx = -kInf;
@@ -129,8 +119,8 @@ DISC_VECTOR_ROWS float exp_row(float* s, int64_t n, float shift) {
   F32<N> acc = splat<N>(0.f);
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const F32<N> e = exp_lanes<N>(load<N>(s + j) - shift);
-    store<N>(s + j, e);
+    const F32<N> e = exp_lanes<N>(load_lanes<N>(s + j) - shift);
+    store_lanes<N>(s + j, e);
     acc += e;
   }
   float sum = 0.f;
@@ -142,14 +132,14 @@ DISC_VECTOR_ROWS float exp_row(float* s, int64_t n, float shift) {
 template <int N>
 DISC_VECTOR_ROWS void scale_row(float* s, int64_t n, float by) {
   int64_t j = 0;
-  for (; j + N <= n; j += N) store<N>(s + j, load<N>(s + j) * by);
+  for (; j + N <= n; j += N) store_lanes<N>(s + j, load_lanes<N>(s + j) * by);
   for (; j < n; ++j) s[j] *= by;
 }
 
 template <int N>
 DISC_VECTOR_ROWS void add_into(float* dst, const float* src, int64_t n) {
   int64_t j = 0;
-  for (; j + N <= n; j += N) store<N>(dst + j, load<N>(dst + j) + load<N>(src + j));
+  for (; j + N <= n; j += N) store_lanes<N>(dst + j, load_lanes<N>(dst + j) + load_lanes<N>(src + j));
   for (; j < n; ++j) dst[j] += src[j];
 }
 
@@ -161,13 +151,13 @@ DISC_VECTOR_ROWS void gradient_row(float* s, float* g, const bool* kept, int64_t
                                    float inv_keep, float scale) {
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const F32<N> p = load<N>(s + j);
-    store<N>(g + j, p * (load<N>(g + j) - delta) * scale);
+    const F32<N> p = load_lanes<N>(s + j);
+    store_lanes<N>(g + j, p * (load_lanes<N>(g + j) - delta) * scale);
     if (!kept) continue;
     U8<N> bytes;
     std::memcpy(&bytes, kept + j, sizeof bytes);
     const I32<N> keep = __builtin_convertvector(bytes, I32<N>);
-    store<N>(s + j, keep != 0 ? p * inv_keep : splat<N>(0.f));
+    store_lanes<N>(s + j, keep != 0 ? p * inv_keep : splat<N>(0.f));
   }
   for (; j < n; ++j) {
     const float p = s[j];

@@ -60,16 +60,6 @@ namespace register_gemm_detail {
 template <int N>
 using F32 = typename Vec<N>::F32;
 
-template <int N>
-DISC_REGISTER_GEMM F32<N> load(const float* p) {
-  F32<N> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <int N>
-DISC_REGISTER_GEMM void store(float* p, F32<N> v) { std::memcpy(p, &v, sizeof v); }
-
 // Rows of the tile: 8 x 2 vectors is 16 accumulators, half of AVX-512's
 // registers; AVX2 and SSE2 have 16, so 4 x 2 there.
 template <int N>
@@ -84,11 +74,11 @@ DISC_REGISTER_GEMM void tile(int64_t k, const float* a, int64_t ars, int64_t acs
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) acc[i][v] = add ? load<N>(c + i * crs + v * N) : F32<N>{};
+    for (int v = 0; v < V; ++v) acc[i][v] = add ? load_lanes<N>(c + i * crs + v * N) : F32<N>{};
   for (int64_t p = 0; p < k; ++p) {
     F32<N> row[V];
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) row[v] = load<N>(b + p * brs + v * N);
+    for (int v = 0; v < V; ++v) row[v] = load_lanes<N>(b + p * brs + v * N);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const float x = a[i * ars + p * acs];
@@ -99,7 +89,7 @@ DISC_REGISTER_GEMM void tile(int64_t k, const float* a, int64_t ars, int64_t acs
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) store<N>(c + i * crs + v * N, acc[i][v]);
+    for (int v = 0; v < V; ++v) store_lanes<N>(c + i * crs + v * N, acc[i][v]);
 }
 
 // C's rows i .. i + R - 1, all n columns: two vectors at a time, then one,

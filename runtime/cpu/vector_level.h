@@ -60,6 +60,23 @@ DISC_VECTOR_TYPES(8)
 DISC_VECTOR_TYPES(16)
 #undef DISC_VECTOR_TYPES
 
+// N floats at p as one vector, and a vector stored at p (any alignment).
+// Vectors pass between such functions only once they are inlined into a
+// level's code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <int N>
+__attribute__((always_inline)) inline typename Vec<N>::F32 load_lanes(const float* p) {
+  typename Vec<N>::F32 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <int N>
+__attribute__((always_inline)) inline void store_lanes(float* p, typename Vec<N>::F32 v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+#pragma GCC diagnostic pop
+
 // 32-bit lanes in a register of the level: 16 at AVX-512, 8 at AVX2, 4 at
 // SSE2 and on other targets (NEON).
 constexpr int lanes(VectorLevel level) {
