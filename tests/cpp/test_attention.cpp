@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "random_floats.h"
 #include "runtime/components.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/philox.h"
@@ -17,19 +17,12 @@ namespace {
 
 using disc::runtime::AttentionHead;
 using disc::runtime::VectorLevel;
+using disc::testing::normal_floats;
 using Matrix = std::vector<double>;  // row-major
 
 struct Expected {
   std::vector<float> o, lse, dq, dk, dv;
 };
-
-std::vector<float> randoms(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 double mask_at(const AttentionHead& h, int64_t i, int64_t j) {
   const auto& m = h.mask;
@@ -144,8 +137,8 @@ struct Strided {
 // compares everything.
 void check(AttentionHead h) {
   if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
-  const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3),
-             go = randoms(h.lq * h.dv, 4);
+  const auto q = normal_floats(h.lq * h.d, 1), k = normal_floats(h.lk * h.d, 2),
+             v = normal_floats(h.lk * h.dv, 3), go = normal_floats(h.lq * h.dv, 4);
   Expected want = reference(h, q, k, v, go);
   const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 7.f;
   for (VectorLevel level : {VectorLevel::kBaseline, VectorLevel::kAvx2, VectorLevel::kAvx512}) {
@@ -186,7 +179,8 @@ TEST(Attention, EntryPointsRunAtTheCappedLevel) {
   if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
   AttentionHead h = head(20, 30, 8, 8);
   h.dropout_p = 0.2f, h.seed = 3;
-  const auto q = randoms(h.lq * h.d, 1), k = randoms(h.lk * h.d, 2), v = randoms(h.lk * h.dv, 3);
+  const auto q = normal_floats(h.lq * h.d, 1), k = normal_floats(h.lk * h.d, 2),
+             v = normal_floats(h.lk * h.dv, 3);
   std::vector<float> o(h.lq * h.dv), lse(h.lq), o_at(h.lq * h.dv), lse_at(h.lq);
   auto in = [](const std::vector<float>& x, int64_t cols) { return disc::runtime::InRows{x.data(), cols}; };
   disc::runtime::attention_forward(h, in(q, h.d), in(k, h.d), in(v, h.dv), {o.data(), h.dv}, lse.data());
@@ -241,7 +235,7 @@ TEST(Attention, LargeHeadsRunOneDnnGemms) {
 }
 
 TEST(Attention, AdditiveMaskBroadcastOverRows) {
-  const auto bias = randoms(50, 5);
+  const auto bias = normal_floats(50, 5);
   AttentionHead h = head(20, 50, 8, 8);
   h.mask = {bias.data(), false, 0, 1};  // one [lk] row for every query row
   check(h);

@@ -7,16 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "random_floats.h"
 #include "runtime/cpu/register_gemm.h"
 
 namespace {
 
 using disc::runtime::RegisterGemm;
 using disc::runtime::VectorLevel;
+using disc::testing::normal_floats;
 
 constexpr float kSentinel = 7.f;
 
@@ -24,14 +25,6 @@ struct Case {
   int64_t m, n, k;
   bool a_transposed = false, add = false;
 };
-
-std::vector<float> randoms(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 struct Operands {
   std::vector<float> a, b, c;
@@ -45,13 +38,13 @@ Operands operands(const Case& t) {
   Operands o;
   o.lda = t.a_transposed ? t.m : t.k;
   o.ldb = t.n + 3, o.ldc = t.n + 3;
-  o.a = randoms(t.m * t.k, 1);
+  o.a = normal_floats(t.m * t.k, 1);
   o.b.assign(t.k * o.ldb, std::nanf(""));
-  const std::vector<float> b = randoms(t.k * t.n, 2);
+  const std::vector<float> b = normal_floats(t.k * t.n, 2);
   for (int64_t p = 0; p < t.k; ++p)
     for (int64_t j = 0; j < t.n; ++j) o.b[p * o.ldb + j] = b[p * t.n + j];
   o.c.assign(t.m * o.ldc, kSentinel);
-  const std::vector<float> c = randoms(t.m * t.n, 3);
+  const std::vector<float> c = normal_floats(t.m * t.n, 3);
   for (int64_t i = 0; i < t.m && t.add; ++i)
     for (int64_t j = 0; j < t.n; ++j) o.c[i * o.ldc + j] = c[i * t.n + j];
   return o;
