@@ -286,11 +286,12 @@ std::optional<double> emitted_pow_exponent(const Program& p, uint32_t op) {
 
 bool codegen_takes(const Program& p, uint32_t op) {
   const ir::Node& n = *p.ops[op].node;
-  if (!generated_for(op_info(n.op), p.target == Target::kCuda)) return false;
+  if (!generated_for(op_info(n.op), p.target == Target::kCuda) || !codegen_takes_dtypes(p, op))
+    return false;
   switch (op_of(n.op)) {
     case Op::kPowScalar: return emitted_pow_exponent(p, op).has_value();
-    case Op::kTanhBackward: return n.outputs[0].dtype == ir::DType::kFloat32 && codegen_takes_dtypes(p, op);
-    default: return codegen_takes_dtypes(p, op);
+    case Op::kTanhBackward: return n.outputs[0].dtype == ir::DType::kFloat32;
+    default: return true;
   }
 }
 
