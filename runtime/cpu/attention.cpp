@@ -136,6 +136,18 @@ DISC_VECTOR_ROWS void scale_row(float* s, int64_t n, float by) {
   for (; j < n; ++j) s[j] *= by;
 }
 
+// A row's probabilities from its scores, made as forward_rows makes them:
+// for a backward that kept no log-sum-exp (hand-written attention).
+template <int N>
+DISC_VECTOR_ROWS void probabilities_row(const AttentionHead& h, float* s, int64_t n) {
+  const float mx = max_of<N>(s, n);
+  if (mx == -kInf) {  // every score masked
+    std::fill(s, s + n, h.nan_when_all_masked ? std::numeric_limits<float>::quiet_NaN() : 0.f);
+    return;
+  }
+  scale_row<N>(s, n, 1.f / exp_row<N>(s, n, mx));
+}
+
 template <int N>
 DISC_VECTOR_ROWS void add_into(float* dst, const float* src, int64_t n) {
   int64_t j = 0;
@@ -368,7 +380,8 @@ DISC_VECTOR_ROWS void backward_rows(const AttentionHead& h, InRows q_in, InRows 
       const float* o_i = o.data + (i - i0) * o.stride;
       for (int64_t c = 0; c < h.dv; ++c) delta += go_i[c] * o_i[c];
       scores_row<N>(h, i, s, n);
-      exp_row<N>(s, n, lse[i]);
+      if (lse) exp_row<N>(s, n, lse[i]);
+      else probabilities_row<N>(h, s, n);
       const bool* kept = nullptr;
       if (h.dropout_p > 0) {
         drop(h, i, g, n, inv_keep, sc);

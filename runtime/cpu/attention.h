@@ -38,7 +38,8 @@ struct AttentionHead {
   int64_t stream_offset = 0;
   AttentionMask mask;
   // A row whose every score is masked: 0 (as _safe_softmax and SDPA give),
-  // or NaN (as _softmax gives, for hand-written attention); forward only.
+  // or NaN (as _softmax gives, for hand-written attention); the backward
+  // reads it only where it recomputes the probabilities (no lse).
   bool nan_when_all_masked = false;
 };
 
@@ -59,7 +60,9 @@ struct OutRows {
 void attention_forward(const AttentionHead& h, InRows q, InRows k, InRows v, OutRows o, float* lse);
 
 // The gradients of attention_forward's o (grad_o [lq, dv]), given its o and
-// lse: writes dq [lq, d], dk [lk, d] and dv [lk, dv].
+// lse: writes dq [lq, d], dk [lk, d] and dv [lk, dv]. With lse null, the
+// probabilities are recomputed from each whole row of scores (its max and
+// sum), as the forward computed them: no lse needs keeping.
 void attention_backward(const AttentionHead& h, InRows q, InRows k, InRows v, InRows o,
                         const float* lse, InRows grad_o, OutRows dq, OutRows dk, OutRows dv);
 

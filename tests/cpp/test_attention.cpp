@@ -163,6 +163,15 @@ void check(AttentionHead h) {
       expect_near(dk.dense(), want.dk, "dk");
       expect_near(dv.dense(), want.dv, "dv");
       for (const Strided* out : {&o, &dq, &dk, &dv}) EXPECT_TRUE(out->gaps_hold(sentinel));
+      // Without the lse: the probabilities recomputed from whole rows.
+      Strided dq2({}, h.lq, h.d, stride(h.d), sentinel), dk2({}, h.lk, h.d, stride(h.d), sentinel),
+          dv2({}, h.lk, h.dv, stride(h.dv), sentinel);
+      disc::runtime::attention_backward_at(level, h, sq.in(), sk.in(), sv.in(), so.in(), nullptr,
+                                           sgo.in(), dq2.out(), dk2.out(), dv2.out());
+      expect_near(dq2.dense(), want.dq, "dq, no lse");
+      expect_near(dk2.dense(), want.dk, "dk, no lse");
+      expect_near(dv2.dense(), want.dv, "dv, no lse");
+      for (const Strided* out : {&dq2, &dk2, &dv2}) EXPECT_TRUE(out->gaps_hold(sentinel));
     }
   }
 }
@@ -250,6 +259,31 @@ TEST(Attention, BoolMaskWithFullyMaskedRowsGivesZeros) {
   h.mask = {allowed.data(), true, lk, 1};
   h.dropout_p = 0.25f, h.seed = 11;
   check(h);
+}
+
+// _softmax's rows whose every score is masked are NaN, and so is every
+// gradient they reach: recomputed without an lse, the backward agrees.
+TEST(Attention, FullyMaskedRowsGiveNaNWhenAsked) {
+  if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
+  const int64_t lq = 6, lk = 10, d = 8;
+  std::vector<char> allowed(lq * lk, 1);
+  std::fill(allowed.begin() + 2 * lk, allowed.begin() + 3 * lk, 0);  // row 2: nothing seen
+  AttentionHead h = head(lq, lk, d, d);
+  h.mask = {allowed.data(), true, lk, 1};
+  h.nan_when_all_masked = true;
+  const auto q = normal_floats(lq * d, 1), k = normal_floats(lk * d, 2), v = normal_floats(lk * d, 3),
+             go = normal_floats(lq * d, 4);
+  std::vector<float> o(lq * d), lse(lq), dq(lq * d), dk(lk * d), dv(lk * d);
+  auto in = [](const std::vector<float>& x, int64_t cols) { return disc::runtime::InRows{x.data(), cols}; };
+  disc::runtime::attention_forward(h, in(q, d), in(k, d), in(v, d), {o.data(), d}, lse.data());
+  disc::runtime::attention_backward(h, in(q, d), in(k, d), in(v, d), in(o, d), nullptr, in(go, d),
+                                    {dq.data(), d}, {dk.data(), d}, {dv.data(), d});
+  for (int64_t i = 0; i < lq; ++i)
+    for (int64_t c = 0; c < d; ++c) {
+      EXPECT_EQ(std::isnan(o[i * d + c]), i == 2) << "o " << i;
+      EXPECT_EQ(std::isnan(dq[i * d + c]), i == 2) << "dq " << i;
+    }
+  EXPECT_TRUE(std::isnan(dk[0]) && std::isnan(dv[0]));
 }
 
 }  // namespace
