@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "random_floats.h"
 #include "runtime/components.h"
 #include "runtime/cpu/attention.h"
@@ -285,5 +289,37 @@ TEST(Attention, FullyMaskedRowsGiveNaNWhenAsked) {
     }
   EXPECT_TRUE(std::isnan(dk[0]) && std::isnan(dv[0]));
 }
+
+#if defined(__x86_64__)
+// transformers masks padding and future keys with finfo(float32).min, not
+// -inf: such scores' e^x must be 0, not a subnormal, which every later
+// multiply (and the GEMM with v) would take the CPU's slow path for. The
+// MXCSR's sticky flags say whether any operation at all made (underflow) or
+// read (denormal) one.
+TEST(Attention, MaskedByFloatMinMakesNoSubnormals) {
+  if (!disc::runtime::has_onednn()) GTEST_SKIP() << "the fused attention's GEMMs are oneDNN's";
+  const int64_t l = 48, d = 16;
+  std::vector<float> causal(l * l, 0.f);
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t j = i + 1; j < l; ++j) causal[i * l + j] = std::numeric_limits<float>::lowest();
+  AttentionHead h = head(l, l, d, d);
+  h.mask = {causal.data(), false, l, 1};
+  const auto q = normal_floats(l * d, 1), k = normal_floats(l * d, 2), v = normal_floats(l * d, 3),
+             go = normal_floats(l * d, 4);
+  auto in = [](const std::vector<float>& x, int64_t cols) { return disc::runtime::InRows{x.data(), cols}; };
+  constexpr unsigned kDenormal = 1u << 1, kUnderflow = 1u << 4;
+  for (VectorLevel level : {VectorLevel::kBaseline, VectorLevel::kAvx2, VectorLevel::kAvx512}) {
+    if (!disc::runtime::vector_level_runs(level)) continue;
+    SCOPED_TRACE(disc::runtime::vector_level_name(level));
+    std::vector<float> o(l * d), lse(l), dq(l * d), dk(l * d), dv(l * d);
+    _mm_setcsr(_mm_getcsr() & ~(kDenormal | kUnderflow));
+    disc::runtime::attention_forward_at(level, h, in(q, d), in(k, d), in(v, d), {o.data(), d}, lse.data());
+    disc::runtime::attention_backward_at(level, h, in(q, d), in(k, d), in(v, d), in(o, d), nullptr, in(go, d),
+                                         {dq.data(), d}, {dk.data(), d}, {dv.data(), d});
+    EXPECT_EQ(_mm_getcsr() & (kDenormal | kUnderflow), 0u);
+    EXPECT_EQ(o[0], v[0]);  // row 0 sees key 0 alone: its probability is exactly 1
+  }
+}
+#endif
 
 }  // namespace
