@@ -112,6 +112,8 @@ std::string describe(const AttentionCall& a) {
   if (a.scale == AttentionCall::Scale::kMulConstant || a.scale == AttentionCall::Scale::kDivConstant)
     os << " " << a.constant;
   os << (a.mask ? ", mask" : ", no mask") << (a.nan_when_all_masked ? "" : ", safe softmax");
+  if (a.dropout >= 0) os << ", dropout %" << a.dropout << " p " << a.dropout_p;
+  if (a.grad_q >= 0) os << ", backward %" << a.grad_q << " %" << a.grad_kt << " %" << a.grad_v;
   return os.str();
 }
 

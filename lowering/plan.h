@@ -88,10 +88,14 @@ const char* activation_name(Activation a);
 
 // Attention written out by hand, found by the attention-pattern pass:
 //   probs = _softmax(bmm(q, k^T) viewed [B, H, Lq, Lk] (* or / scale) (+ mask))
-//   out = bmm(probs viewed [B * H, Lq, Lk], v)
+//   out = bmm(dropout?(probs) viewed [B * H, Lq, Lk], v)
 // The second bmm runs as one fused attention call (runtime/cpu/attention.h)
 // on its rewired inputs: q [B*H, Lq, D], k^T [B*H, D, Lk], v [B*H, Lk, Dv],
-// then the scale if it is a tensor, then the mask if there is one.
+// then the scale if it is a tensor, then the mask if there is one. In
+// training the backward's bmm's of grad q, grad k^T and grad v are one
+// fused backward call (a kAttentionBackward GEMM group), each reading
+// q, k^T, v, out, grad out, then the forward's and the backward's scale
+// if they are tensors, then the mask.
 struct AttentionCall {
   enum class Scale : uint8_t { kNone, kMulTensor, kDivTensor, kMulConstant, kDivConstant };
   uint32_t scores = 0;  // the softmax op: its [B, H, Lq, Lk] sizes in a run give B and H
@@ -100,6 +104,12 @@ struct AttentionCall {
   bool mask = false;      // an additive float mask, broadcast to [B, H, Lq, Lk]
   // _softmax makes a row whose every score is -inf NaN; _safe_softmax, 0.
   bool nan_when_all_masked = true;
+  // The native_dropout op the probabilities went through, or -1: the call
+  // draws that node's mask from its stream (its seed is the node's).
+  int32_t dropout = -1;
+  double dropout_p = 0.0;
+  // The backward's bmm's the fused backward computes, or -1 (inference).
+  int32_t grad_q = -1, grad_kt = -1, grad_v = -1;
 };
 const char* attention_scale_name(AttentionCall::Scale s);
 std::string describe(const AttentionCall& a);  // "scores %9, scale mul tensor, mask"

@@ -12,6 +12,7 @@ const char* gemm_merge_kind_name(GemmMergeKind k) {
     case GemmMergeKind::kSharedLhs: return "shared_lhs";
     case GemmMergeKind::kSharedRhs: return "shared_rhs";
     case GemmMergeKind::kBatched: return "batched";
+    case GemmMergeKind::kAttentionBackward: return "attention_backward";
   }
   return "?";
 }
@@ -38,6 +39,17 @@ std::vector<std::vector<uint32_t>> users_of(const Program& p) {
       if (users[r.node].empty() || users[r.node].back() != i) users[r.node].push_back(i);
   }
   return users;
+}
+
+void drop_gemm_groups(Program& p, bool attention) {
+  std::vector<GemmGroup> kept;
+  for (ProgramOp& op : p.ops) op.gemm_group = -1;
+  for (GemmGroup& g : p.gemm_groups) {
+    if ((g.kind == GemmMergeKind::kAttentionBackward) == attention) continue;
+    for (uint32_t m : g.ops) p.ops[m].gemm_group = static_cast<int32_t>(kept.size());
+    kept.push_back(std::move(g));
+  }
+  p.gemm_groups = std::move(kept);
 }
 
 std::vector<bool> used_outside_groups(const Program& p) {
@@ -107,9 +119,12 @@ uint64_t Program::signature() const {
   for (const AttentionCall& a : attentions) {
     h = hash_mix(hash_mix(h, 0xa77e + a.scores), static_cast<uint64_t>(a.scale));
     h = hash_mix(hash_mix(h, std::hash<double>{}(a.constant)), a.mask * 2 + a.nan_when_all_masked);
+    h = hash_mix(hash_mix(h, static_cast<uint64_t>(a.dropout + 1)), std::hash<double>{}(a.dropout_p));
+    for (int32_t g : {a.grad_q, a.grad_kt, a.grad_v}) h = hash_mix(h, static_cast<uint64_t>(g + 1));
   }
   for (const GemmGroup& g : gemm_groups) {
     h = hash_mix(h, 0x9e44 + static_cast<uint64_t>(g.kind));
+    h = hash_mix(h, static_cast<uint64_t>(g.attention + 1));
     h = hash_mix(h, g.ops.size());
     for (uint32_t o : g.ops) h = hash_mix(h, o);
   }

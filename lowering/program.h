@@ -56,13 +56,18 @@ enum class GemmMergeKind : uint8_t {
   kSharedLhs,  // C_i = A @ B_i     -> A @ [B_1 | B_2 ...], column slices
   kSharedRhs,  // C_i = A_i @ B     -> [A_1; A_2 ...] @ B, row slices
   kBatched,    // C_i = A_i @ B_i   -> bmm(stack(A_i), stack(B_i)), one batch each
+  // grad q, grad k^T, grad v of a hand-written attention (attention-pattern,
+  // not gemm-merge): one fused attention backward.
+  kAttentionBackward,
 };
 const char* gemm_merge_kind_name(GemmMergeKind k);
 
 struct GemmGroup {
   GemmMergeKind kind = GemmMergeKind::kSharedLhs;
   std::vector<uint32_t> ops;  // members, in program order
+  int32_t attention = -1;     // kAttentionBackward: its Program::attentions entry
 };
+
 
 // dims(lhs) multiply to dims(rhs): reshape / view / flatten.
 struct ProductConstraint {
@@ -95,6 +100,10 @@ struct Program {
 };
 
 Program make_program(const ir::Graph& graph);
+
+// Removes the GEMM groups of kAttentionBackward (`attention` true) or of the
+// other kinds, renumbering the rest: each pass clears its own groups.
+void drop_gemm_groups(Program& p, bool attention);
 
 // Users of each op's outputs, by op index (live ops only).
 std::vector<std::vector<uint32_t>> users_of(const Program& p);

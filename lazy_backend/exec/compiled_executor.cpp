@@ -23,6 +23,7 @@
 #include "lazy_backend/cache/persistent_cache.h"
 #include "lazy_backend/device/host_cache.h"
 #include "lazy_backend/device/target.h"
+#include "lazy_backend/exec/attention_call.h"
 #include "lazy_backend/exec/cast_cache.h"
 #include "lazy_backend/exec/conv_calls.h"
 #include "lazy_backend/exec/executor.h"
@@ -202,6 +203,8 @@ class CompiledExecutable final : public Executable {
     if (step.kind == lowering::Step::Kind::kKernel) return "fused." + kernels_[step.kernel].spec.name;
     if (step.kind == lowering::Step::Kind::kLibrary && program_.ops[step.op].attention >= 0)
       return "library.attention";  // a hand-written attention, not its bmm
+    if (step.kind == lowering::Step::Kind::kGemmGroup && program_.ops[step.op].attention >= 0)
+      return "library.attention_backward";
     const char* how = step.kind == lowering::Step::Kind::kParam       ? "param."
                       : step.kind == lowering::Step::Kind::kGemmGroup ? "gemm_group."
                       : step.kind == lowering::Step::Kind::kLibrary   ? "library."
@@ -223,9 +226,14 @@ class CompiledExecutable final : public Executable {
       case lowering::Step::Kind::kParam:
         values[i] = {param_tensor(*g.nodes[i].node)};
         return;
-      case lowering::Step::Kind::kGemmGroup:  // merged GEMMs: one call for all members
-        run_gemm_group(program_, program_.ops[i].gemm_group, g, values);
+      case lowering::Step::Kind::kGemmGroup: {  // one call for all members
+        const int32_t group = program_.ops[i].gemm_group;
+        if (program_.gemm_groups[group].kind == lowering::GemmMergeKind::kAttentionBackward)
+          run_attention_backward(program_, group, g, values);
+        else
+          run_gemm_group(program_, group, g, values);
         return;
+      }
       case lowering::Step::Kind::kLibrary:  // GEMMs on oneDNN, epilogues, convolutions
         values[i] = run_library_call(*plan_.library[i], *g.nodes[i].node, inputs_of(i, values),
                                      *replay_ops_[s], &g);

@@ -44,6 +44,11 @@ bool unchanged_in_inference(const ir::Graph& g, uint32_t node) {
          !at::GradMode::is_enabled();
 }
 
+uint64_t node_seed(const ir::Node& n) {
+  return runtime::stream_seed(static_cast<uint64_t>(n.runtime[n.rng_runtime].i),
+                              static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i));
+}
+
 namespace {
 
 // as_strided indexes the storage, not the tensor: give it a fresh,
@@ -51,12 +56,6 @@ namespace {
 bool needs_flat_storage(uint32_t op) {
   const lowering::Op o = lowering::op_of(op);
   return o == lowering::Op::kAsStrided || o == lowering::Op::kAsStridedScatter;
-}
-
-// The key of a random node's stream (philox.h).
-uint64_t node_seed(const ir::Node& n) {
-  return runtime::stream_seed(static_cast<uint64_t>(n.runtime[n.rng_runtime].i),
-                              static_cast<uint64_t>(n.runtime[n.rng_runtime + 1].i));
 }
 
 // Random nodes draw from a CPU generator seeded from the (seed, offset) of

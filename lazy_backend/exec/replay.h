@@ -30,6 +30,10 @@ std::vector<at::Tensor> replay(const c10::OperatorHandle& op, const ir::Node& n,
 // the trace says where it came from.
 [[noreturn]] void rethrow_naming(const ir::Node& n);
 
+// The key of random node `n`'s stream (runtime/cpu/philox.h): what its
+// numbers are drawn from, on every executor.
+uint64_t node_seed(const ir::Node& n);
+
 // The CPU tensor a data leaf holds.
 at::Tensor param_tensor(const ir::Node& n);
 

@@ -115,14 +115,14 @@ struct Heads {
 };
 
 Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional<Tensor>& mask,
-               double dropout_p, bool is_causal, double scale, const Tensor& seed) {
+               double dropout_p, bool is_causal, double scale, uint64_t seed) {
   Heads hs;
   runtime::AttentionHead& h = hs.head;
   h.lq = q.size(2), h.lk = k.size(2), h.d = q.size(3), h.dv = v.size(3);
   h.scale = static_cast<float>(scale);
   h.causal = is_causal;
   h.dropout_p = static_cast<float>(dropout_p);
-  h.seed = seed.defined() ? static_cast<uint64_t>(seed.item<int64_t>()) : 0;
+  h.seed = seed;
   hs.count = q.size(0) * q.size(1), hs.heads = q.size(1), hs.group = q.size(1) / k.size(1);
   if (mask && mask->defined()) {
     const Tensor m = mask->scalar_type() == at::kBool ? *mask : mask->to(at::kFloat);
@@ -133,11 +133,16 @@ Heads heads_of(const Tensor& q, const Tensor& k, const Tensor& v, const optional
   return hs;
 }
 
+// The stream a seed tensor keys (undefined: no dropout draws).
+uint64_t stream_of(const Tensor& seed) {
+  return seed.defined() ? static_cast<uint64_t>(seed.item<int64_t>()) : 0;
+}
+
 // out is [B, H, Lq, Dv] laid out as [B, Lq, H, Dv] (heads_last), as the
 // meta kernel says, or dense.
 std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                    const optional<Tensor>& mask, double dropout_p, bool is_causal,
-                                   double scale, const Tensor& seed, bool nan_when_all_masked,
+                                   double scale, uint64_t seed, bool nan_when_all_masked,
                                    bool heads_last) {
   check_inputs(q_in, k_in, v_in, mask);
   const Tensor q = widened(q_in), k = widened(k_in), v = widened(v_in);
@@ -162,33 +167,42 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const
 std::tuple<Tensor, Tensor> attention_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const optional<Tensor>& mask, double dropout_p,
                                          bool is_causal, double scale, const Tensor& seed) {
-  return forward(q, k, v, mask, dropout_p, is_causal, scale, seed, false, true);
+  return forward(q, k, v, mask, dropout_p, is_causal, scale, stream_of(seed), false, true);
 }
 
-std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
-    const Tensor& grad_out, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-    const optional<Tensor>& mask, const Tensor& out_in, const Tensor& lse_in, double dropout_p,
-    bool is_causal, double scale, const Tensor& seed) {
+// The gradients laid out as [B, L, H, D] (heads_last, as the meta kernel
+// says), or dense; lse undefined: the probabilities recomputed from the
+// scores.
+std::tuple<Tensor, Tensor, Tensor> backward(const Tensor& grad_out, const Tensor& q_in,
+                                            const Tensor& k_in, const Tensor& v_in,
+                                            const optional<Tensor>& mask, const Tensor& out_in,
+                                            const Tensor& lse_in, double dropout_p, bool is_causal,
+                                            double scale, uint64_t seed, bool nan_when_all_masked,
+                                            bool heads_last) {
   check_inputs(q_in, k_in, v_in, mask);
   const Tensor q = widened(q_in), k = widened(k_in), v = widened(v_in);
-  const Tensor go = widened(grad_out), out = widened(out_in), lse = lse_in.contiguous();
-  const Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
+  const Tensor go = widened(grad_out), out = widened(out_in);
+  const Tensor lse = lse_in.defined() ? lse_in.contiguous() : Tensor();
+  Heads hs = heads_of(q, k, v, mask, dropout_p, is_causal, scale, seed);
+  hs.head.nan_when_all_masked = nan_when_all_masked;
   const runtime::AttentionHead& h = hs.head;
   // Grouped heads: each query head's share of its key head's gradients,
   // summed over the group after.
   const int64_t b = q.size(0), heads = q.size(1), kv_heads = k.size(1);
   const bool grouped = hs.group > 1;
-  Tensor dq = empty_heads_last(b, heads, h.lq, h.d, q.options());
-  Tensor dk = grouped ? at::empty({b, heads, h.lk, h.d}, k.options())
-                      : empty_heads_last(b, heads, h.lk, h.d, k.options());
-  Tensor dv = grouped ? at::empty({b, heads, h.lk, h.dv}, v.options())
-                      : empty_heads_last(b, heads, h.lk, h.dv, v.options());
-  const float* lp = lse.const_data_ptr<float>();
+  auto empty = [&](int64_t l, int64_t d, const Tensor& like) {
+    return heads_last && !grouped ? empty_heads_last(b, heads, l, d, like.options())
+                                  : at::empty({b, heads, l, d}, like.options());
+  };
+  Tensor dq = heads_last ? empty_heads_last(b, heads, h.lq, h.d, q.options()) : empty(h.lq, h.d, q);
+  Tensor dk = empty(h.lk, h.d, k), dv = empty(h.lk, h.dv, v);
+  const float* lp = lse.defined() ? lse.const_data_ptr<float>() : nullptr;
   at::parallel_for(0, hs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t bh = b0; bh < b1; ++bh) {
       const int64_t kvh = hs.kv(bh);
       runtime::attention_backward(hs.at(bh), head_in(q, bh, heads), head_in(k, kvh, kv_heads),
-                                  head_in(v, kvh, kv_heads), head_in(out, bh, heads), lp + bh * h.lq,
+                                  head_in(v, kvh, kv_heads), head_in(out, bh, heads),
+                                  lp ? lp + bh * h.lq : nullptr,
                                   head_in(go, bh, heads), head_out(dq, bh, heads),
                                   head_out(dk, bh, heads), head_out(dv, bh, heads));
     }
@@ -199,6 +213,14 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
   }
   const auto dtype = q_in.scalar_type();
   return {dq.to(dtype), dk.to(dtype), dv.to(dtype)};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward_cpu(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+    const optional<Tensor>& mask, const Tensor& out, const Tensor& lse, double dropout_p,
+    bool is_causal, double scale, const Tensor& seed) {
+  return backward(grad_out, q, k, v, mask, out, lse, dropout_p, is_causal, scale, stream_of(seed),
+                  false, true);
 }
 
 std::tuple<Tensor, Tensor> attention_meta(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -291,8 +313,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 Tensor attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const optional<Tensor>& mask, double scale, bool nan_when_all_masked) {
-  return std::get<0>(forward(q, k, v, mask, 0.0, false, scale, Tensor(), nan_when_all_masked, false));
+                             const optional<Tensor>& mask, const AttentionSettings& s) {
+  return std::get<0>(
+      forward(q, k, v, mask, s.dropout_p, false, s.scale, s.seed, s.nan_when_all_masked, false));
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward_without_lse_cpu(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+    const optional<Tensor>& mask, const Tensor& out, const AttentionSettings& s) {
+  return backward(grad_out, q, k, v, mask, out, Tensor(), s.dropout_p, false, s.scale, s.seed,
+                  s.nan_when_all_masked, false);
 }
 
 }  // namespace disc

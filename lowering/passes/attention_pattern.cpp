@@ -6,16 +6,32 @@
 //   %6 = mul.Tensor(%5, %scale)  (or div, or by a constant; optional)
 //   %7 = add.Tensor(%6, %mask)   (optional)
 //   %8 = _softmax(%7, -1)
-//   %9 = reshape(%8)             [BH, Lq, Lk]
+//   %d = native_dropout(%8)      (optional)
+//   %9 = reshape(%8 or %d.0)     [BH, Lq, Lk]
 //   %10 = bmm(%9, %v)            -> %10 = bmm(%q, %kt, %v, %scale, %mask)  attention 0
 //
 // %4 .. %9 are erased; the last bmm keeps its value's identity and runs as
-// the library call the library-calls pass gives it. Only where nothing
-// else reads the scores or the probabilities (no backward keeps them, no
-// output_attentions), in float32, on the CPU target, unless
-// DISC_ATTENTION=cpu. Decided on symbols:
-// the reshapes keep Lq and Lk as they are, so B * H is the bmm's batch for
-// every binding, and the executor reads B and H from the softmax's sizes.
+// the library call the library-calls pass gives it. In inference nothing
+// else may read the scores or the probabilities (output_attentions does).
+// In training autograd's backward of the chain reads them:
+//
+//   %11 = bmm(transpose(%9), %go)            grad v
+//   %12 = bmm(%go, transpose(%v))            -> reshape [B, H, Lq, Lk]
+//         (native_dropout_backward(., %d.1))
+//   %13 = _softmax_backward_data(., %8)      (scaled as the forward scaled)
+//   %14 = reshape(.)                         [BH, Lq, Lk]
+//   %15 = bmm(%14, transpose(%kt))           grad q
+//   %16 = bmm(transpose(%q), %14)            grad k^T
+//
+// and %11, %15, %16 become one kAttentionBackward GEMM group: one fused
+// backward (reading %q, %kt, %v, %10, %go, the scales, the mask) that
+// recomputes the probabilities and the dropout mask, so neither is kept
+// between the forward and the backward; the rest is erased. Anything else
+// reading a value of the chain keeps it as written. Float32, on the CPU
+// target, unless DISC_ATTENTION=cpu. Decided on symbols: the reshapes keep
+// Lq and Lk as they are, so B * H is the bmm's batch for every binding, and
+// the executor reads B and H from the softmax's sizes.
+#include <algorithm>
 #include <optional>
 
 #include "lowering/passes/passes.h"
@@ -37,10 +53,21 @@ class Matcher {
   }
 
  private:
+  struct Backward {
+    uint32_t grad_q = 0, grad_kt = 0, grad_v = 0;
+    std::vector<ir::GraphRef> inputs;  // q, k^T, v, out, grad out, [scale, grad scale], [mask]
+  };
   struct Match {
     AttentionCall call;
     std::vector<ir::GraphRef> inputs;  // q, k^T, v, [scale], [mask]
-    std::vector<uint32_t> chain;       // the ops the call replaces
+    std::vector<uint32_t> chain;       // the ops the calls replace
+    std::optional<Backward> backward;
+  };
+  // Readers of the forward's values besides the chain: autograd's backward.
+  struct Readers {
+    std::optional<uint32_t> probs_t;       // transpose(probs) for grad v
+    std::optional<uint32_t> softmax_grad;  // _softmax_backward_data
+    std::optional<uint32_t> dropout_grad;  // native_dropout_backward
   };
 
   const ProgramOp& op(uint32_t i) const { return p_.ops[i]; }
@@ -48,13 +75,29 @@ class Matcher {
   const ir::TensorType& type(const ir::GraphRef& r) const { return op(r.node).node->outputs[r.index]; }
   const std::vector<uint32_t>& dims(uint32_t i) const { return op(i).dims.at(0); }
   bool f32(uint32_t i) const { return op(i).node->outputs[0].dtype == ir::DType::kFloat32; }
+  static bool same(const ir::GraphRef& a, uint32_t node, uint32_t index = 0) {
+    return a.node == node && a.index == index;
+  }
 
-  // An op of the chain: live, float32, one output read by exactly one op
-  // and by no one outside the program, writing no input.
-  bool inner(uint32_t i) const {
+  // An op whose values a call may stand for: live, float32, read by no one
+  // outside the program, writing no input.
+  bool replaceable(uint32_t i) const {
     const ProgramOp& o = op(i);
-    return !o.erased && o.node->outputs.size() == 1 && users_[i].size() == 1 && !output_[i] &&
-           o.node->mutated.empty() && f32(i);
+    return !o.erased && !output_[i] && o.node->mutated.empty() && f32(i);
+  }
+
+  // An op of the chain: replaceable, one output read by exactly one op.
+  bool inner(uint32_t i) const {
+    return replaceable(i) && op(i).node->outputs.size() == 1 && users_[i].size() == 1;
+  }
+
+  // Whether i's readers are `known` and at most one other, which `other`
+  // then names.
+  bool read_by(uint32_t i, uint32_t known, std::optional<uint32_t>& other) const {
+    const std::vector<uint32_t>& us = users_[i];
+    if (us.empty() || us.size() > 2 || std::find(us.begin(), us.end(), known) == us.end()) return false;
+    if (us.size() == 2) other = us[0] == known ? us[1] : us[0];
+    return true;
   }
 
   // The one input an inner op reads the chain through, when it is `expected`.
@@ -64,28 +107,61 @@ class Matcher {
     return op(i).inputs[0].node;
   }
 
+  // transpose(x, 1, 2) of a [N, R, C] value, read only by the op it feeds.
+  bool transposes(uint32_t t, const ir::GraphRef& x) const {
+    if (kind(t) != Op::kTranspose || !inner(t) || op(t).inputs.size() != 1 || !same(op(t).inputs[0], x.node, x.index))
+      return false;
+    const ir::Attr* a = op(t).node->attr_operand(1);
+    const ir::Attr* b = op(t).node->attr_operand(2);
+    if (!a || !b || dims(t).size() != 3) return false;
+    const int64_t d0 = wrap_dim(a->i, 3), d1 = wrap_dim(b->i, 3);
+    return std::min(d0, d1) == 1 && std::max(d0, d1) == 2;
+  }
+
+  // A bmm the fused backward may compute: float32, in no group or call.
+  bool backward_bmm(uint32_t i) const {
+    const ProgramOp& o = op(i);
+    return !o.erased && kind(i) == Op::kBmm && f32(i) && o.inputs.size() == 2 && o.group < 0 &&
+           o.gemm_group < 0 && o.attention < 0 && o.node->mutated.empty();
+  }
+
   std::optional<Match> match(uint32_t out) const {
     const ProgramOp& bmm2 = op(out);
-    if (bmm2.erased || kind(out) != Op::kBmm || !f32(out) || bmm2.group >= 0 || bmm2.gemm_group >= 0)
+    if (bmm2.erased || kind(out) != Op::kBmm || !f32(out) || bmm2.group >= 0 || bmm2.gemm_group >= 0 ||
+        bmm2.attention >= 0)
       return std::nullopt;
     Match m;
+    Readers readers;
     // probs viewed [BH, Lq, Lk]
     const uint32_t probs3 = bmm2.inputs[0].node;
-    std::optional<uint32_t> sm = source(probs3, Op::kReshape);
-    if (!sm || bmm2.inputs[0].index != 0) return std::nullopt;
-    const Op softmax = kind(*sm);
-    if (softmax != Op::kSoftmax && softmax != Op::kSafeSoftmax) return std::nullopt;
-    const ir::Node& smn = *op(*sm).node;
+    if (bmm2.inputs[0].index != 0 || kind(probs3) != Op::kReshape || !replaceable(probs3) ||
+        op(probs3).inputs.empty() || !read_by(probs3, out, readers.probs_t))
+      return std::nullopt;
+    uint32_t x = op(probs3).inputs[0].node;
+    std::optional<uint32_t> dropout;
+    if (kind(x) == Op::kNativeDropout) {
+      if (op(probs3).inputs[0].index != 0 || !dropped_out(x, m.call) || !read_by(x, probs3, readers.dropout_grad))
+        return std::nullopt;
+      dropout = x;
+      m.chain.push_back(x);
+      x = op(x).inputs[0].node;
+    }
+    const uint32_t sm = x;
+    if (kind(sm) != Op::kSoftmax && kind(sm) != Op::kSafeSoftmax) return std::nullopt;
+    const ir::Node& smn = *op(sm).node;
     const ir::Attr* dim = smn.attr_operand(1);
-    if (!inner(*sm) || dims(*sm).size() != 4 || !dim || (dim->i != -1 && dim->i != 3)) return std::nullopt;
+    if (!replaceable(sm) || smn.outputs.size() != 1 || dims(sm).size() != 4 || !dim || (dim->i != -1 && dim->i != 3) ||
+        op(x).inputs.empty() || !read_by(sm, dropout ? *dropout : probs3, readers.softmax_grad))
+      return std::nullopt;
     if (const ir::Attr* half = smn.attr_operand(2); half && half->i) return std::nullopt;
-    const std::vector<uint32_t>& s4 = dims(*sm);
+    const std::vector<uint32_t>& s4 = dims(sm);
     if (dims(probs3).size() != 3 || dims(probs3)[1] != s4[2] || dims(probs3)[2] != s4[3]) return std::nullopt;
-    m.call.scores = *sm;
-    m.call.nan_when_all_masked = softmax == Op::kSoftmax;
-    m.chain = {probs3, *sm};
-    uint32_t x = op(*sm).inputs[0].node;
-    if (op(*sm).inputs[0].index != 0) return std::nullopt;
+    m.call.scores = sm;
+    m.call.nan_when_all_masked = kind(sm) == Op::kSoftmax;
+    m.chain.push_back(probs3);
+    m.chain.push_back(sm);
+    x = op(sm).inputs[0].node;
+    if (op(sm).inputs[0].index != 0) return std::nullopt;
     std::optional<ir::GraphRef> mask, scale;
     if (kind(x) == Op::kAdd) {  // scores + mask
       const ProgramOp& add = op(x);
@@ -116,7 +192,134 @@ class Matcher {
     if (scale) m.inputs.push_back(*scale);
     if (mask) m.inputs.push_back(*mask);
     m.call.mask = mask.has_value();
+    if (readers.probs_t || readers.softmax_grad || readers.dropout_grad) {
+      m.backward = match_backward(out, probs3, dropout, sm, readers, m);
+      if (!m.backward) return std::nullopt;
+      if (mask) m.backward->inputs.push_back(*mask);
+    }
     return m;
+  }
+
+  // native_dropout(x, p, train) of the probabilities: p in (0, 1), training.
+  bool dropped_out(uint32_t d, AttentionCall& call) const {
+    const ProgramOp& o = op(d);
+    const ir::Attr* p = o.node->attr_operand(1);
+    const ir::Attr* train = o.node->attr_operand(2);
+    if (o.erased || output_[d] || !o.node->mutated.empty() || o.node->outputs.size() != 2 || !f32(d) ||
+        o.inputs.size() != 1 || o.inputs[0].index != 0 || o.node->rng_runtime < 0)
+      return false;
+    if (!p || p->kind != ir::Attr::Kind::kDouble || !(p->d > 0 && p->d < 1)) return false;
+    if (train && train->kind == ir::Attr::Kind::kBool && !train->i) return false;
+    call.dropout = static_cast<int32_t>(d);
+    call.dropout_p = p->d;
+    return true;
+  }
+
+  // Autograd's backward of the chain (the file's comment), or nullopt
+  // where anything differs.
+  std::optional<Backward> match_backward(uint32_t out, uint32_t probs3, std::optional<uint32_t> dropout,
+                                         uint32_t sm, const Readers& r, Match& m) const {
+    if (!r.probs_t || !r.softmax_grad || dropout.has_value() != r.dropout_grad.has_value()) return std::nullopt;
+    const ir::GraphRef q = m.inputs[0], kt = m.inputs[1], v = m.inputs[2];
+    Backward b;
+    std::vector<uint32_t> erased;
+    // grad v = bmm(probs^T, grad out)
+    if (!transposes(*r.probs_t, {probs3, 0})) return std::nullopt;
+    b.grad_v = users_[*r.probs_t][0];
+    if (!backward_bmm(b.grad_v) || !same(op(b.grad_v).inputs[0], *r.probs_t)) return std::nullopt;
+    const ir::GraphRef go = op(b.grad_v).inputs[1];
+    if (type(go).dtype != ir::DType::kFloat32) return std::nullopt;
+    erased.push_back(*r.probs_t);
+    // grad probs = bmm(grad out, v^T) viewed [B, H, Lq, Lk], through the
+    // dropout's backward, into the softmax's
+    const uint32_t sb = *r.softmax_grad;
+    const ProgramOp& sbo = op(sb);
+    const ir::Attr* sb_dim = sbo.node->attr_operand(2);
+    if (kind(sb) != Op::kSoftmaxBackward || !inner(sb) || sbo.inputs.size() != 2 || !same(sbo.inputs[1], sm) ||
+        sbo.inputs[0].index != 0 || dims(sb) != dims(sm) || !sb_dim || (sb_dim->i != -1 && sb_dim->i != 3))
+      return std::nullopt;
+    erased.push_back(sb);
+    uint32_t g = sbo.inputs[0].node;
+    if (dropout) {
+      const ProgramOp& db = op(g);
+      const ir::Attr* scale = db.node->attr_operand(2);
+      if (g != *r.dropout_grad || kind(g) != Op::kNativeDropoutBackward || !inner(g) || db.inputs.size() != 2 ||
+          !same(db.inputs[1], *dropout, 1) || db.inputs[0].index != 0 || !scale ||
+          scale->kind != ir::Attr::Kind::kDouble || scale->d != 1.0 / (1.0 - m.call.dropout_p))
+        return std::nullopt;
+      erased.push_back(g);
+      g = db.inputs[0].node;
+    }
+    std::optional<uint32_t> dp = source(g, Op::kReshape);
+    if (!dp || dims(g) != dims(sm) || !inner(*dp) || kind(*dp) != Op::kBmm || op(*dp).inputs.size() != 2 ||
+        !same(op(*dp).inputs[0], go.node, go.index) || !transposes(op(*dp).inputs[1].node, v) ||
+        op(*dp).inputs[1].index != 0)
+      return std::nullopt;
+    erased.insert(erased.end(), {g, *dp, op(*dp).inputs[1].node});
+    // grad scores, scaled as the forward scaled them, viewed [BH, Lq, Lk]
+    uint32_t y = users_[sb][0];
+    std::optional<ir::GraphRef> grad_scale;
+    if (m.call.scale != AttentionCall::Scale::kNone) {
+      if (!scales_back(y, sb, m.call, grad_scale)) return std::nullopt;
+      erased.push_back(y);
+      y = users_[y][0];
+    }
+    // (B * H may be another symbol here: its product is not tracked.)
+    const uint32_t gs3 = y;
+    if (kind(gs3) != Op::kReshape || !replaceable(gs3) || op(gs3).node->outputs.size() != 1 ||
+        users_[gs3].size() != 2 || dims(gs3).size() != 3 || dims(gs3)[1] != dims(probs3)[1] ||
+        dims(gs3)[2] != dims(probs3)[2])
+      return std::nullopt;
+    erased.push_back(gs3);
+    std::optional<uint32_t> grad_q, grad_kt;
+    for (uint32_t u : users_[gs3]) {
+      if (!backward_bmm(u)) return std::nullopt;
+      const ProgramOp& uo = op(u);
+      if (same(uo.inputs[0], gs3) && transposes(uo.inputs[1].node, kt) && uo.inputs[1].index == 0) {
+        grad_q = u;
+        erased.push_back(uo.inputs[1].node);
+      } else if (same(uo.inputs[1], gs3) && transposes(uo.inputs[0].node, q) && uo.inputs[0].index == 0) {
+        grad_kt = u;
+        erased.push_back(uo.inputs[0].node);
+      }
+    }
+    if (!grad_q || !grad_kt) return std::nullopt;
+    b.grad_q = *grad_q, b.grad_kt = *grad_kt;
+    b.inputs = {q, kt, v, {out, 0}, go};
+    if (m.call.scale == AttentionCall::Scale::kMulTensor || m.call.scale == AttentionCall::Scale::kDivTensor)
+      b.inputs.insert(b.inputs.end(), {m.inputs[3], *grad_scale});
+    m.chain.insert(m.chain.end(), erased.begin(), erased.end());
+    return b;
+  }
+
+  // Whether y scales the softmax's gradient `sb` as `call` scales the scores
+  // (mul or div by a scalar tensor, which `grad_scale` then names, or by the
+  // same constant).
+  bool scales_back(uint32_t y, uint32_t sb, const AttentionCall& call, std::optional<ir::GraphRef>& grad_scale) const {
+    const ProgramOp& o = op(y);
+    if (!inner(y) || o.inputs.empty() || !same(o.inputs[0], sb) || dims(y) != dims(sb)) return false;
+    switch (call.scale) {
+      case AttentionCall::Scale::kMulTensor:
+      case AttentionCall::Scale::kDivTensor: {
+        const Op want = call.scale == AttentionCall::Scale::kMulTensor ? Op::kMul : Op::kDiv;
+        if (kind(y) != want || o.inputs.size() != 2 || !type(o.inputs[1]).sizes.empty()) return false;
+        const ir::DType t = type(o.inputs[1]).dtype;
+        if (t != ir::DType::kFloat32 && t != ir::DType::kFloat64) return false;
+        grad_scale = o.inputs[1];
+        return true;
+      }
+      case AttentionCall::Scale::kMulConstant:
+      case AttentionCall::Scale::kDivConstant: {
+        const Op want = call.scale == AttentionCall::Scale::kMulConstant ? Op::kMulScalar : Op::kDivScalar;
+        const ir::Attr* c = o.node->attr_operand(1);
+        if (kind(y) != want || !c) return false;
+        const bool is_double = c->kind == ir::Attr::Kind::kScalarDouble;
+        if (!is_double && c->kind != ir::Attr::Kind::kScalarInt) return false;
+        return (is_double ? c->d : static_cast<double>(c->i)) == call.constant;
+      }
+      case AttentionCall::Scale::kNone: return false;
+    }
+    return false;
   }
 
   // x's scaling of the scores: its input, with the call's scale set, or
@@ -144,9 +347,24 @@ class Matcher {
   }
 
   void rewrite(uint32_t out, Match& m) {
+    const int32_t index = static_cast<int32_t>(p_.attentions.size());
     ProgramOp& bmm2 = p_.ops[out];
     bmm2.inputs = std::move(m.inputs);
-    bmm2.attention = static_cast<int32_t>(p_.attentions.size());
+    bmm2.attention = index;
+    if (m.backward) {
+      const Backward& b = *m.backward;
+      m.call.grad_q = static_cast<int32_t>(b.grad_q);
+      m.call.grad_kt = static_cast<int32_t>(b.grad_kt);
+      m.call.grad_v = static_cast<int32_t>(b.grad_v);
+      std::vector<uint32_t> members{b.grad_q, b.grad_kt, b.grad_v};
+      std::sort(members.begin(), members.end());
+      for (uint32_t g : members) {
+        p_.ops[g].inputs = b.inputs;
+        p_.ops[g].attention = index;
+        p_.ops[g].gemm_group = static_cast<int32_t>(p_.gemm_groups.size());
+      }
+      p_.gemm_groups.push_back({GemmMergeKind::kAttentionBackward, members, index});
+    }
     p_.attentions.push_back(m.call);
     for (uint32_t c : m.chain) p_.ops[c].erased = true;
     users_ = users_of(p_);
@@ -161,6 +379,7 @@ class Matcher {
 
 void fuse_attention(Program& p) {
   p.attentions.clear();
+  drop_gemm_groups(p, true);
   for (ProgramOp& op : p.ops) op.attention = -1;
   if (p.target != Target::kCpu) return;  // the fused kernel is the CPU's
   if (options::text(options::Id::kAttention) != "fused") return;

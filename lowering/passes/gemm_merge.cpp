@@ -155,8 +155,7 @@ class Merger {
 }  // namespace
 
 void gemm_merge(Program& p) {
-  p.gemm_groups.clear();
-  for (ProgramOp& op : p.ops) op.gemm_group = -1;
+  drop_gemm_groups(p, false);
   if (!options::flag(options::Id::kGemmMerge)) return;
   Merger(p).run(options::flag(options::Id::kGemmMergeBatched));
 }

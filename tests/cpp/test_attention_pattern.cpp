@@ -1,8 +1,11 @@
 // attention-pattern: a hand-written softmax(q k^T * scale + mask) v becomes
 // one attention call on the last bmm, the scores and probabilities erased;
 // not when something else reads them, not over another dim, not in bf16,
-// not with DISC_ATTENTION=cpu.
+// not with DISC_ATTENTION=cpu. Autograd's backward of it becomes one
+// attention_backward group of its three gradient bmm's, unless it differs.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "graph_builder.h"
 #include "lowering/passes/passes.h"
@@ -27,7 +30,7 @@ struct Attention {
   GraphBuilder b;
   ir::Value q = b.param({6, 5, 4}), kt = b.param({6, 4, 5}), v = b.param({6, 5, 4});
   ir::Value mask = b.param({2, 1, 1, 5});
-  ir::Value scores, probs, out;
+  ir::Value scores, probs, p3, out;
 
   explicit Attention(int64_t softmax_dim = -1, ir::DType dtype = ir::DType::kFloat32) {
     ir::Value s3 = b.op("aten::bmm", {q, kt}, {6, 5, 5});
@@ -38,8 +41,32 @@ struct Attention {
     probs = b.op("aten::_softmax", {masked}, {2, 3, 5, 5},
                  {GraphBuilder::integer(softmax_dim), GraphBuilder::boolean(false)});
     probs.node->outputs[0].dtype = dtype;
-    ir::Value p3 = b.op("aten::reshape", {probs}, {6, 5, 5}, {GraphBuilder::ints({6, 5, 5})});
+    p3 = b.op("aten::reshape", {probs}, {6, 5, 5}, {GraphBuilder::ints({6, 5, 5})});
     out = b.op("aten::bmm", {p3, v}, {6, 5, 4});
+  }
+};
+
+// Autograd's backward of Attention, grad out `go`, the scores' gradient
+// scaled by `grad_scale` (the forward's 0.5 as autograd writes it).
+struct Backward {
+  ir::Value go, probs_grad, dq, dkt, dv;
+
+  Backward(Attention& a, double grad_scale = 0.5) {
+    GraphBuilder& b = a.b;
+    auto t12 = [&](ir::Value x, std::vector<int64_t> sizes) {
+      return b.op("aten::transpose.int", {x}, std::move(sizes), {GraphBuilder::integer(1), GraphBuilder::integer(2)});
+    };
+    go = b.param({6, 5, 4});
+    dv = b.op("aten::bmm", {t12(a.p3, {6, 5, 5}), go}, {6, 5, 4});
+    ir::Value dp = b.op("aten::bmm", {go, t12(a.v, {6, 4, 5})}, {6, 5, 5});
+    ir::Value dp4 = b.op("aten::reshape", {dp}, {2, 3, 5, 5}, {GraphBuilder::ints({2, 3, 5, 5})});
+    probs_grad = b.op("aten::_softmax_backward_data", {dp4, a.probs}, {2, 3, 5, 5},
+                      {GraphBuilder::integer(-1),
+                       ir::Attr::of_int(ir::Attr::Kind::kDType, static_cast<int64_t>(ir::DType::kFloat32))});
+    ir::Value scaled = b.op("aten::mul.Scalar", {probs_grad}, {2, 3, 5, 5}, {GraphBuilder::scalar(grad_scale)});
+    ir::Value gs3 = b.op("aten::reshape", {scaled}, {6, 5, 5}, {GraphBuilder::ints({6, 5, 5})});
+    dq = b.op("aten::bmm", {gs3, t12(a.kt, {6, 5, 4})}, {6, 5, 4});
+    dkt = b.op("aten::bmm", {t12(a.q, {6, 4, 5}), gs3}, {6, 4, 5});
   }
 };
 
@@ -86,5 +113,49 @@ TEST(AttentionPattern, DiscAttentionCpuKeepsTheOpsAsWritten) {
   options::set(options::Id::kAttention, "cpu");
   Program p = run_pass({a.out});
   options::reset(options::Id::kAttention);
+  EXPECT_TRUE(p.attentions.empty());
+}
+
+TEST(AttentionPattern, TheBackwardIsOneGroupOfItsGradientBmms) {
+  Attention a;
+  Backward g(a);
+  Program p = run_pass({a.out, g.dq, g.dkt, g.dv});
+  ASSERT_EQ(p.attentions.size(), 1u);
+  const AttentionCall& call = p.attentions[0];
+  const uint32_t dq = index_of(p, g.dq), dkt = index_of(p, g.dkt), dv = index_of(p, g.dv);
+  EXPECT_EQ(call.grad_q, static_cast<int32_t>(dq));
+  EXPECT_EQ(call.grad_kt, static_cast<int32_t>(dkt));
+  EXPECT_EQ(call.grad_v, static_cast<int32_t>(dv));
+  ASSERT_EQ(p.gemm_groups.size(), 1u);
+  EXPECT_EQ(p.gemm_groups[0].kind, GemmMergeKind::kAttentionBackward);
+  EXPECT_EQ(p.gemm_groups[0].attention, 0);
+  std::vector<uint32_t> members{dq, dkt, dv};
+  std::sort(members.begin(), members.end());
+  EXPECT_EQ(p.gemm_groups[0].ops, members);  // in program order
+  const uint32_t out = index_of(p, a.out);
+  for (uint32_t m : {dq, dkt, dv}) {
+    std::vector<uint32_t> inputs;
+    for (const ir::GraphRef& r : p.ops[m].inputs) inputs.push_back(r.node);
+    EXPECT_EQ(inputs, (std::vector<uint32_t>{index_of(p, a.q), index_of(p, a.kt), index_of(p, a.v), out,
+                                             index_of(p, g.go), index_of(p, a.mask)}));
+  }
+  EXPECT_EQ(p.live_ops(), 4u);  // the call and the three members: no probabilities kept
+  gemm_merge(p);  // which clears only the groups it makes
+  ASSERT_EQ(p.gemm_groups.size(), 1u);
+  EXPECT_EQ(p.ops[dq].gemm_group, 0);
+}
+
+TEST(AttentionPattern, ABackwardScaledOtherwiseKeepsTheOps) {
+  Attention a;
+  Backward g(a, /*grad_scale=*/0.25);
+  Program p = run_pass({a.out, g.dq, g.dkt, g.dv});
+  EXPECT_TRUE(p.attentions.empty());
+  EXPECT_TRUE(p.gemm_groups.empty());
+}
+
+TEST(AttentionPattern, TheProbabilitiesGradientReadElsewhereKeepsTheOps) {
+  Attention a;
+  Backward g(a);
+  Program p = run_pass({a.out, g.dq, g.dkt, g.dv, g.probs_grad});
   EXPECT_TRUE(p.attentions.empty());
 }

@@ -1,8 +1,9 @@
 """Hand-written attention (lowering/passes/attention_pattern.cpp): q @ k^T,
-scaled, masked, softmax, @ v runs as one fused attention call where nothing
-else reads the scores: a Hugging Face model in eager attention mode, in
-inference. Results match CPU eager; training and output_attentions keep the
-ops as written."""
+scaled, masked, softmax, dropout, @ v runs as one fused attention call, and
+in training autograd's backward of it as one fused backward, where nothing
+else reads the scores or the probabilities: a Hugging Face model in eager
+attention mode. Results match CPU eager (with dropout: disc's composite,
+which draws the same mask); output_attentions keeps the ops as written."""
 import pytest
 import torch
 
@@ -65,14 +66,81 @@ def test_scores_read_elsewhere_keep_the_ops():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_training_keeps_the_probabilities_for_the_backward():
+@pytest.fixture
+def attention_option():
+    yield torch_disc.options.set
+    torch_disc.options.set("DISC_ATTENTION", "fused")
+
+
+def loss_of(model, device, seed=1, **inputs):
+    torch.manual_seed(seed)  # the dropout masks
+    out = model(**{k: v.to(device) for k, v in inputs.items()}).last_hidden_state
+    return out.square().mean()
+
+
+def grads_of(model):
+    return {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_training_runs_one_fused_backward_per_layer():
+    model = bert(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
+    disc_model = bert(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train().to("disc")
+    for rows, length in ((3, 9), (5, 13)):  # a new size compiles nothing
+        ids, mask = batch(rows, length)
+        model.zero_grad()
+        disc_model.zero_grad()
+        loss_of(model, "cpu", input_ids=ids, attention_mask=mask).backward()
+        before = torch_disc.metrics.counters()
+        loss_of(disc_model, "disc", input_ids=ids, attention_mask=mask).backward()
+        grads = grads_of(disc_model)
+        d = delta(before)
+        assert d("library.attention") == LAYERS
+        assert d("library.attention_backward") == LAYERS
+        assert d("fallbacks") == 0
+        if length == 13:
+            assert d("compiles") == 0
+        for n, p in model.named_parameters():
+            if p.grad is not None:
+                torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6)
+
+
+def train_both_ways(make, inputs, attention_option):
+    """Loss and gradients of one step on disc with the fused calls and with
+    the ops as written (DISC_ATTENTION=cpu), each from the same seed: the
+    same dropout masks."""
+    results = {}
+    for mode in ("cpu", "fused"):
+        attention_option("DISC_ATTENTION", mode)
+        torch.manual_seed(0)
+        model = make().train().to("disc")
+        before = torch_disc.metrics.counters()
+        loss = loss_of(model, "disc", **inputs)
+        loss.backward()
+        results[mode] = (loss.item(), grads_of(model), delta(before))
+    return results
+
+
+def test_dropout_draws_the_mask_the_ops_as_written_draw(attention_option):
+    ids, mask = batch(3, 9)
+    got = train_both_ways(lambda: bert(attention_probs_dropout_prob=0.3), dict(input_ids=ids, attention_mask=mask),
+                          attention_option)
+    (loss_cpu, grads_cpu, d_cpu), (loss, grads, d) = got["cpu"], got["fused"]
+    assert d("library.attention_backward") == LAYERS and d_cpu("library.attention_backward") == 0
+    assert loss == pytest.approx(loss_cpu, rel=1e-6)
+    for n, g in grads_cpu.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-6)
+
+
+def test_probabilities_read_elsewhere_in_training_keep_the_ops():
     model = bert(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
     disc_model = bert(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train().to("disc")
     ids, mask = batch(3, 9)
-    model(input_ids=ids, attention_mask=mask).last_hidden_state.square().mean().backward()
+    out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    (out.last_hidden_state.square().mean() + out.attentions[0].square().mean()).backward()
     before = torch_disc.metrics.counters()
-    disc_model(input_ids=ids.to("disc"), attention_mask=mask.to("disc")).last_hidden_state.square().mean().backward()
-    grads = {n: p.grad.cpu() for n, p in disc_model.named_parameters() if p.grad is not None}
+    got = disc_model(input_ids=ids.to("disc"), attention_mask=mask.to("disc"), output_attentions=True)
+    (got.last_hidden_state.square().mean() + got.attentions[0].square().mean()).backward()
+    grads = grads_of(disc_model)
     assert delta(before)("library.attention") == 0
     for n, p in model.named_parameters():
         if p.grad is not None:
@@ -136,3 +204,22 @@ def test_eager_models_match_cpu(name):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert d("library.attention") == calls
     assert d("fallbacks") == 0
+
+
+@pytest.mark.parametrize("name", list(eager_models()))
+def test_eager_models_train_as_written(name, attention_option):
+    """Training with each model's own dropout (GPT-2's causal mask,
+    DistilBERT's dropout, Llama's grouped heads, ViT without a mask): the
+    fused forward and backward against the ops as written, on disc."""
+    make, calls = eager_models()[name]
+    ids, mask = batch(2, 12)
+    inputs = (dict(pixel_values=torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)))
+              if name == "vit" else dict(input_ids=ids, attention_mask=mask))
+    got = train_both_ways(make, inputs, attention_option)
+    (loss_cpu, grads_cpu, _), (loss, grads, d) = got["cpu"], got["fused"]
+    assert d("library.attention") == calls
+    assert d("library.attention_backward") == calls
+    assert d("fallbacks") == 0
+    assert loss == pytest.approx(loss_cpu, rel=1e-5)
+    for n, g in grads_cpu.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-5)
