@@ -28,7 +28,9 @@ void count_plan(const lowering::CompileResult& r) {
     metrics::bump(std::string("planned.") + lowering::fusion_kind_name(g.kind));
   metrics::bump("planned.library_calls", static_cast<int64_t>(p.library_calls()));
   metrics::bump("planned.epilogues", static_cast<int64_t>(p.epilogues()));
-  metrics::bump("gemm_merge.groups", static_cast<int64_t>(p.gemm_groups.size()));
+  for (const lowering::GemmGroup& g : p.gemm_groups)
+    metrics::bump(g.kind == lowering::GemmMergeKind::kAttentionBackward ? "planned.attention_backwards"
+                                                                       : "gemm_merge.groups");
   metrics::bump("planned.unfused_ops", static_cast<int64_t>(p.unfused_ops()));
   metrics::bump("codegen.declined", static_cast<int64_t>(p.plan.declined.size()));
   if (options::flag(options::Id::kDebugCompile))

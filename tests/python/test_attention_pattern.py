@@ -223,3 +223,33 @@ def test_eager_models_train_as_written(name, attention_option):
     assert loss == pytest.approx(loss_cpu, rel=1e-5)
     for n, g in grads_cpu.items():
         torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-5)
+
+
+def test_timm_vit_written_by_hand_trains_as_one_call_per_block(attention_option):
+    """timm's Attention with fused attention off scales q before q @ k^T and
+    writes no mask: the chain without a scale or a mask."""
+    timm = pytest.importorskip("timm")
+    from timm.layers import set_fused_attn
+    set_fused_attn(False)
+    try:
+        make = lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=LAYERS,
+                                         num_classes=10, attn_drop_rate=0.1)
+        images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+        results = {}
+        for mode in ("cpu", "fused"):
+            attention_option("DISC_ATTENTION", mode)
+            torch.manual_seed(0)
+            model = make().train().to("disc")
+            before = torch_disc.metrics.counters()
+            torch.manual_seed(1)
+            loss = model(images.to("disc")).square().mean()
+            loss.backward()
+            results[mode] = (loss.item(), grads_of(model), delta(before))
+    finally:
+        set_fused_attn(True)
+    (loss_cpu, grads_cpu, _), (loss, grads, d) = results["cpu"], results["fused"]
+    assert d("library.attention") == LAYERS and d("library.attention_backward") == LAYERS
+    assert d("fallbacks") == 0
+    assert loss == pytest.approx(loss_cpu, rel=1e-5)
+    for n, g in grads_cpu.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-5)
