@@ -104,7 +104,7 @@ def test_training_runs_one_fused_backward_per_layer():
                 torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6)
 
 
-def train_both_ways(make, inputs, attention_option):
+def train_both_ways(make, loss_fn, attention_option):
     """Loss and gradients of one step on disc with the fused calls and with
     the ops as written (DISC_ATTENTION=cpu), each from the same seed: the
     same dropout masks."""
@@ -114,21 +114,27 @@ def train_both_ways(make, inputs, attention_option):
         torch.manual_seed(0)
         model = make().train().to("disc")
         before = torch_disc.metrics.counters()
-        loss = loss_of(model, "disc", **inputs)
+        loss = loss_fn(model)
         loss.backward()
         results[mode] = (loss.item(), grads_of(model), delta(before))
     return results
 
 
+def assert_fused_trains_as_written(results, calls):
+    (loss_cpu, grads_cpu, d_cpu), (loss, grads, d) = results["cpu"], results["fused"]
+    assert d("library.attention") == d("library.attention_backward") == calls
+    assert d_cpu("library.attention_backward") == 0
+    assert d("fallbacks") == 0
+    assert loss == pytest.approx(loss_cpu, rel=1e-5)
+    for n, g in grads_cpu.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-5)
+
+
 def test_dropout_draws_the_mask_the_ops_as_written_draw(attention_option):
     ids, mask = batch(3, 9)
-    got = train_both_ways(lambda: bert(attention_probs_dropout_prob=0.3), dict(input_ids=ids, attention_mask=mask),
-                          attention_option)
-    (loss_cpu, grads_cpu, d_cpu), (loss, grads, d) = got["cpu"], got["fused"]
-    assert d("library.attention_backward") == LAYERS and d_cpu("library.attention_backward") == 0
-    assert loss == pytest.approx(loss_cpu, rel=1e-6)
-    for n, g in grads_cpu.items():
-        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-6)
+    results = train_both_ways(lambda: bert(attention_probs_dropout_prob=0.3),
+                              lambda m: loss_of(m, "disc", input_ids=ids, attention_mask=mask), attention_option)
+    assert_fused_trains_as_written(results, LAYERS)
 
 
 def test_probabilities_read_elsewhere_in_training_keep_the_ops():
@@ -215,14 +221,8 @@ def test_eager_models_train_as_written(name, attention_option):
     ids, mask = batch(2, 12)
     inputs = (dict(pixel_values=torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)))
               if name == "vit" else dict(input_ids=ids, attention_mask=mask))
-    got = train_both_ways(make, inputs, attention_option)
-    (loss_cpu, grads_cpu, _), (loss, grads, d) = got["cpu"], got["fused"]
-    assert d("library.attention") == calls
-    assert d("library.attention_backward") == calls
-    assert d("fallbacks") == 0
-    assert loss == pytest.approx(loss_cpu, rel=1e-5)
-    for n, g in grads_cpu.items():
-        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-5)
+    results = train_both_ways(make, lambda m: loss_of(m, "disc", **inputs), attention_option)
+    assert_fused_trains_as_written(results, calls)
 
 
 def test_timm_vit_written_by_hand_trains_as_one_call_per_block(attention_option):
@@ -230,26 +230,17 @@ def test_timm_vit_written_by_hand_trains_as_one_call_per_block(attention_option)
     writes no mask: the chain without a scale or a mask."""
     timm = pytest.importorskip("timm")
     from timm.layers import set_fused_attn
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+
+    def loss_fn(model):
+        torch.manual_seed(1)  # the dropout masks
+        return model(images.to("disc")).square().mean()
     set_fused_attn(False)
     try:
-        make = lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=LAYERS,
-                                         num_classes=10, attn_drop_rate=0.1)
-        images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-        results = {}
-        for mode in ("cpu", "fused"):
-            attention_option("DISC_ATTENTION", mode)
-            torch.manual_seed(0)
-            model = make().train().to("disc")
-            before = torch_disc.metrics.counters()
-            torch.manual_seed(1)
-            loss = model(images.to("disc")).square().mean()
-            loss.backward()
-            results[mode] = (loss.item(), grads_of(model), delta(before))
+        results = train_both_ways(
+            lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=LAYERS,
+                                      num_classes=10, attn_drop_rate=0.1),
+            loss_fn, attention_option)
     finally:
         set_fused_attn(True)
-    (loss_cpu, grads_cpu, _), (loss, grads, d) = results["cpu"], results["fused"]
-    assert d("library.attention") == LAYERS and d("library.attention_backward") == LAYERS
-    assert d("fallbacks") == 0
-    assert loss == pytest.approx(loss_cpu, rel=1e-5)
-    for n, g in grads_cpu.items():
-        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-5)
+    assert_fused_trains_as_written(results, LAYERS)
