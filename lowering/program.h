@@ -68,7 +68,6 @@ struct GemmGroup {
   int32_t attention = -1;     // kAttentionBackward: its Program::attentions entry
 };
 
-
 // dims(lhs) multiply to dims(rhs): reshape / view / flatten.
 struct ProductConstraint {
   std::vector<uint32_t> lhs, rhs;
