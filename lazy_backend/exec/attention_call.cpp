@@ -14,22 +14,17 @@ using lowering::AttentionCall;
 
 namespace {
 
-// The factor a 0-dim scale tensor makes of the scores.
-double factor(AttentionCall::Scale s, const at::Tensor& t) {
-  const double x = t.item<double>();
-  return s == AttentionCall::Scale::kDivTensor ? 1.0 / x : x;
-}
-
-double constant_factor(const AttentionCall& call) {
+// The factor the scores are multiplied by: a constant, or the 0-dim tensor
+// ins[at] (which the call then reads there).
+double scale_of(const AttentionCall& call, const std::vector<at::Tensor>& ins, size_t at) {
   switch (call.scale) {
     case AttentionCall::Scale::kMulConstant: return call.constant;
     case AttentionCall::Scale::kDivConstant: return 1.0 / call.constant;
-    default: return 1.0;
+    case AttentionCall::Scale::kMulTensor: return ins[at].item<double>();
+    case AttentionCall::Scale::kDivTensor: return 1.0 / ins[at].item<double>();
+    case AttentionCall::Scale::kNone: return 1.0;
   }
-}
-
-bool scale_is_tensor(const AttentionCall& call) {
-  return call.scale == AttentionCall::Scale::kMulTensor || call.scale == AttentionCall::Scale::kDivTensor;
+  return 1.0;
 }
 
 AttentionSettings settings_of(const AttentionCall& call, double scale, const ir::Graph& g) {
@@ -47,6 +42,9 @@ AttentionSettings settings_of(const AttentionCall& call, double scale, const ir:
 struct Heads {
   at::Tensor q, k, v;
   int64_t b = 0, h = 0;
+
+  // A bmm's [B*H, L, D] operand as [B, H, L, D] heads.
+  at::Tensor split(const at::Tensor& t3) const { return t3.reshape({b, h, t3.size(1), t3.size(2)}); }
 };
 
 Heads heads_of(const AttentionCall& call, const std::vector<at::Tensor>& ins, const ir::Graph& g) {
@@ -59,9 +57,9 @@ Heads heads_of(const AttentionCall& call, const std::vector<at::Tensor>& ins, co
   const at::Tensor& v3 = ins[2];
   TORCH_INTERNAL_ASSERT(hs.b * hs.h == q3.size(0), "disc: attention call: scores [", hs.b, ", ", hs.h,
                         ", ...] for a batch of ", q3.size(0), " heads");
-  hs.q = q3.reshape({hs.b, hs.h, q3.size(1), q3.size(2)});
-  hs.k = kt3.transpose(1, 2).reshape({hs.b, hs.h, kt3.size(2), kt3.size(1)});
-  hs.v = v3.reshape({hs.b, hs.h, v3.size(1), v3.size(2)});
+  hs.q = hs.split(q3);
+  hs.k = hs.split(kt3.transpose(1, 2));
+  hs.v = hs.split(v3);
   return hs;
 }
 
@@ -76,8 +74,8 @@ at::Tensor run_attention_call(const AttentionCall& call, std::vector<at::Tensor>
   const Heads hs = heads_of(call, ins, g);
   std::optional<at::Tensor> mask;
   if (call.mask) mask = ins.back();
-  const double scale = scale_is_tensor(call) ? factor(call.scale, ins[3]) : constant_factor(call);
-  return batched(attention_forward_cpu(hs.q, hs.k, hs.v, mask, settings_of(call, scale, g)));
+  const AttentionSettings s = settings_of(call, scale_of(call, ins, 3), g);
+  return batched(attention_forward_cpu(hs.q, hs.k, hs.v, mask, s));
 }
 
 void run_attention_backward(const lowering::Program& p, uint32_t group, const ir::Graph& g,
@@ -91,20 +89,16 @@ void run_attention_backward(const lowering::Program& p, uint32_t group, const ir
   std::vector<at::Tensor> ins;
   for (const ir::GraphRef& r : p.ops[grp.ops[0]].inputs) ins.push_back(values[r.node][r.index]);
   const Heads hs = heads_of(call, ins, g);
-  const at::Tensor& out3 = ins[3];
-  const at::Tensor& go3 = ins[4];
-  const at::Tensor out = out3.reshape({hs.b, hs.h, out3.size(1), out3.size(2)});
-  const at::Tensor go = go3.reshape({hs.b, hs.h, go3.size(1), go3.size(2)});
-  double scale = constant_factor(call);
-  if (scale_is_tensor(call)) {
-    // Autograd's copy of the forward's scale: one factor for both.
-    scale = factor(call.scale, ins[5]);
-    TORCH_CHECK(factor(call.scale, ins[6]) == scale, "disc: hand-written attention: the backward scales ",
-                "the scores' gradient by ", factor(call.scale, ins[6]), ", the forward the scores by ", scale);
-  }
+  const at::Tensor out = hs.split(ins[3]), go = hs.split(ins[4]);
+  // Tensor scales at 5 (the forward's) and 6 (autograd's copy of it, by
+  // which the backward scales the scores' gradient): one factor for both.
+  const double scale = scale_of(call, ins, 5), grad_scale = scale_of(call, ins, 6);
+  TORCH_CHECK(grad_scale == scale, "disc: hand-written attention: the backward scales the scores' ",
+              "gradient by ", grad_scale, ", the forward the scores by ", scale);
   std::optional<at::Tensor> mask;
   if (call.mask) mask = ins.back();
-  auto [dq, dk, dv] = attention_backward_without_lse_cpu(go, hs.q, hs.k, hs.v, mask, out, settings_of(call, scale, g));
+  const AttentionSettings s = settings_of(call, scale, g);
+  auto [dq, dk, dv] = attention_backward_without_lse_cpu(go, hs.q, hs.k, hs.v, mask, out, s);
   values[call.grad_q] = {batched(dq)};
   values[call.grad_kt] = {batched(dk).transpose(1, 2).contiguous()};
   values[call.grad_v] = {batched(dv)};

@@ -78,6 +78,7 @@ class Matcher {
   static bool same(const ir::GraphRef& a, uint32_t node, uint32_t index = 0) {
     return a.node == node && a.index == index;
   }
+  static bool same(const ir::GraphRef& a, const ir::GraphRef& b) { return same(a, b.node, b.index); }
 
   // An op whose values a call may stand for: live, float32, read by no one
   // outside the program, writing no input.
@@ -109,7 +110,7 @@ class Matcher {
 
   // transpose(x, 1, 2) of a [N, R, C] value, read only by the op it feeds.
   bool transposes(uint32_t t, const ir::GraphRef& x) const {
-    if (kind(t) != Op::kTranspose || !inner(t) || op(t).inputs.size() != 1 || !same(op(t).inputs[0], x.node, x.index))
+    if (kind(t) != Op::kTranspose || !inner(t) || op(t).inputs.size() != 1 || !same(op(t).inputs[0], x))
       return false;
     const ir::Attr* a = op(t).node->attr_operand(1);
     const ir::Attr* b = op(t).node->attr_operand(2);
@@ -151,7 +152,7 @@ class Matcher {
     const ir::Node& smn = *op(sm).node;
     const ir::Attr* dim = smn.attr_operand(1);
     if (!replaceable(sm) || smn.outputs.size() != 1 || dims(sm).size() != 4 || !dim || (dim->i != -1 && dim->i != 3) ||
-        op(x).inputs.empty() || !read_by(sm, dropout ? *dropout : probs3, readers.softmax_grad))
+        op(sm).inputs.empty() || !read_by(sm, dropout ? *dropout : probs3, readers.softmax_grad))
       return std::nullopt;
     if (const ir::Attr* half = smn.attr_operand(2); half && half->i) return std::nullopt;
     const std::vector<uint32_t>& s4 = dims(sm);
@@ -252,7 +253,7 @@ class Matcher {
     }
     std::optional<uint32_t> dp = source(g, Op::kReshape);
     if (!dp || dims(g) != dims(sm) || !inner(*dp) || kind(*dp) != Op::kBmm || op(*dp).inputs.size() != 2 ||
-        !same(op(*dp).inputs[0], go.node, go.index) || !transposes(op(*dp).inputs[1].node, v) ||
+        !same(op(*dp).inputs[0], go) || !transposes(op(*dp).inputs[1].node, v) ||
         op(*dp).inputs[1].index != 0)
       return std::nullopt;
     erased.insert(erased.end(), {g, *dp, op(*dp).inputs[1].node});
