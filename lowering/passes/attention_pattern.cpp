@@ -27,8 +27,15 @@
 // backward (reading %q, %kt, %v, %10, %go, the scales, the mask) that
 // recomputes the probabilities and the dropout mask, so neither is kept
 // between the forward and the backward; the rest is erased. Anything else
-// reading a value of the chain keeps it as written. Float32, on the CPU
-// target, unless DISC_ATTENTION=cpu. Decided on symbols: the reshapes keep
+// reading a value of the chain keeps it as written.
+//
+// q, k and v share a dtype, float32, bf16 or f16, which the call returns;
+// casts between floating dtypes may stand anywhere on the chain and its
+// backward (autocast's bf16 products around a float32 softmax). The call
+// computes in float32, widening half inputs and rounding its outputs once,
+// where the ops as written round at every step: it agrees with them to
+// their rounding, and is nearer the exact result. On the CPU target,
+// unless DISC_ATTENTION=cpu. Decided on symbols: the reshapes keep
 // Lq and Lk as they are, so B * H is the bmm's batch for every binding, and
 // the executor reads B and H from the softmax's sizes.
 #include <algorithm>
@@ -61,6 +68,7 @@ class Matcher {
     AttentionCall call;
     std::vector<ir::GraphRef> inputs;  // q, k^T, v, [scale], [mask]
     std::vector<uint32_t> chain;       // the ops the calls replace
+    ir::DType dtype = ir::DType::kFloat32;  // q's, k's, v's and the output's
     std::optional<Backward> backward;
   };
   // Readers of the forward's values besides the chain: autograd's backward.
@@ -74,17 +82,53 @@ class Matcher {
   Op kind(uint32_t i) const { return op_of(op(i).node->op); }
   const ir::TensorType& type(const ir::GraphRef& r) const { return op(r.node).node->outputs[r.index]; }
   const std::vector<uint32_t>& dims(uint32_t i) const { return op(i).dims.at(0); }
-  bool f32(uint32_t i) const { return op(i).node->outputs[0].dtype == ir::DType::kFloat32; }
+  ir::DType dtype(uint32_t i) const { return op(i).node->outputs[0].dtype; }
+  // The dtypes the fused kernel computes (float32 inside, half types
+  // widened on entry and rounded once on exit).
+  static bool computed(ir::DType t) {
+    return t == ir::DType::kFloat32 || t == ir::DType::kBFloat16 || t == ir::DType::kFloat16;
+  }
   static bool same(const ir::GraphRef& a, uint32_t node, uint32_t index = 0) {
     return a.node == node && a.index == index;
   }
   static bool same(const ir::GraphRef& a, const ir::GraphRef& b) { return same(a, b.node, b.index); }
 
-  // An op whose values a call may stand for: live, float32, read by no one
+  // An op whose values a call may stand for: live, floating, read by no one
   // outside the program, writing no input.
   bool replaceable(uint32_t i) const {
     const ProgramOp& o = op(i);
-    return !o.erased && !output_[i] && o.node->mutated.empty() && f32(i);
+    return !o.erased && !output_[i] && o.node->mutated.empty() && computed(dtype(i));
+  }
+
+  // A cast between floating dtypes on the chain: autocast's (bf16 products,
+  // float32 softmax) and a model's own (softmax(x, dtype=float32).to(x.dtype)).
+  // The call computes the chain in float32, so a cast moves only where the
+  // eager ops round.
+  bool cast(uint32_t i) const {
+    return kind(i) == Op::kToCopy && inner(i) && op(i).inputs.size() == 1 &&
+           computed(type(op(i).inputs[0]).dtype);
+  }
+
+  // Up the chain from x through its casts, which join `chain`; `reader`
+  // becomes the op that reads the value returned.
+  uint32_t up_casts(uint32_t x, uint32_t& reader, std::vector<uint32_t>& chain) const {
+    while (cast(x) && op(x).inputs[0].index == 0) {
+      chain.push_back(x);
+      reader = x;
+      x = op(x).inputs[0].node;
+    }
+    return x;
+  }
+
+  // Down the chain from y (read by `from`) through its casts, which join
+  // `chain`; `from` becomes the op that y, the op returned, reads.
+  uint32_t down_casts(uint32_t y, uint32_t& from, std::vector<uint32_t>& chain) const {
+    while (cast(y) && same(op(y).inputs[0], from)) {
+      chain.push_back(y);
+      from = y;
+      y = users_[y][0];
+    }
+    return y;
   }
 
   // An op of the chain: replaceable, one output read by exactly one op.
@@ -119,17 +163,18 @@ class Matcher {
     return std::min(d0, d1) == 1 && std::max(d0, d1) == 2;
   }
 
-  // A bmm the fused backward may compute: float32, in no group or call.
-  bool backward_bmm(uint32_t i) const {
+  // A bmm the fused backward may compute: of the call's dtype, in no group
+  // or call.
+  bool backward_bmm(uint32_t i, ir::DType t) const {
     const ProgramOp& o = op(i);
-    return !o.erased && kind(i) == Op::kBmm && f32(i) && o.inputs.size() == 2 && o.group < 0 &&
+    return !o.erased && kind(i) == Op::kBmm && dtype(i) == t && o.inputs.size() == 2 && o.group < 0 &&
            o.gemm_group < 0 && o.attention < 0 && o.node->mutated.empty();
   }
 
   std::optional<Match> match(uint32_t out) const {
     const ProgramOp& bmm2 = op(out);
-    if (bmm2.erased || kind(out) != Op::kBmm || !f32(out) || bmm2.group >= 0 || bmm2.gemm_group >= 0 ||
-        bmm2.attention >= 0)
+    if (bmm2.erased || kind(out) != Op::kBmm || !computed(dtype(out)) || bmm2.group >= 0 ||
+        bmm2.gemm_group >= 0 || bmm2.attention >= 0)
       return std::nullopt;
     Match m;
     Readers readers;
@@ -138,46 +183,51 @@ class Matcher {
     if (bmm2.inputs[0].index != 0 || kind(probs3) != Op::kReshape || !replaceable(probs3) ||
         op(probs3).inputs.empty() || !read_by(probs3, out, readers.probs_t))
       return std::nullopt;
+    m.chain.push_back(probs3);
+    uint32_t reader = probs3;
     uint32_t x = op(probs3).inputs[0].node;
+    if (op(probs3).inputs[0].index != 0) return std::nullopt;
+    x = up_casts(x, reader, m.chain);
     std::optional<uint32_t> dropout;
     if (kind(x) == Op::kNativeDropout) {
-      if (op(probs3).inputs[0].index != 0 || !dropped_out(x, m.call) || !read_by(x, probs3, readers.dropout_grad))
-        return std::nullopt;
+      if (!dropped_out(x, m.call) || !read_by(x, reader, readers.dropout_grad)) return std::nullopt;
       dropout = x;
       m.chain.push_back(x);
-      x = op(x).inputs[0].node;
+      reader = x;
+      x = up_casts(op(x).inputs[0].node, reader, m.chain);
     }
     const uint32_t sm = x;
     if (kind(sm) != Op::kSoftmax && kind(sm) != Op::kSafeSoftmax) return std::nullopt;
     const ir::Node& smn = *op(sm).node;
     const ir::Attr* dim = smn.attr_operand(1);
     if (!replaceable(sm) || smn.outputs.size() != 1 || dims(sm).size() != 4 || !dim || (dim->i != -1 && dim->i != 3) ||
-        op(sm).inputs.empty() || !read_by(sm, dropout ? *dropout : probs3, readers.softmax_grad))
+        op(sm).inputs.empty() || !read_by(sm, reader, readers.softmax_grad))
       return std::nullopt;
     if (const ir::Attr* half = smn.attr_operand(2); half && half->i) return std::nullopt;
     const std::vector<uint32_t>& s4 = dims(sm);
     if (dims(probs3).size() != 3 || dims(probs3)[1] != s4[2] || dims(probs3)[2] != s4[3]) return std::nullopt;
     m.call.scores = sm;
     m.call.nan_when_all_masked = kind(sm) == Op::kSoftmax;
-    m.chain.push_back(probs3);
     m.chain.push_back(sm);
-    x = op(sm).inputs[0].node;
+    reader = sm;
     if (op(sm).inputs[0].index != 0) return std::nullopt;
+    x = up_casts(op(sm).inputs[0].node, reader, m.chain);
     std::optional<ir::GraphRef> mask, scale;
     if (kind(x) == Op::kAdd) {  // scores + mask
       const ProgramOp& add = op(x);
       const ir::Attr* alpha = add.node->attr_operand(2);
       if (!inner(x) || !alpha || !alpha->is_one() || dims(x) != s4 || add.inputs[0].index != 0)
         return std::nullopt;
-      if (type(add.inputs[1]).dtype != ir::DType::kFloat32 || type(add.inputs[1]).sizes.size() > 4)
-        return std::nullopt;
+      if (!computed(type(add.inputs[1]).dtype) || type(add.inputs[1]).sizes.size() > 4) return std::nullopt;
       mask = add.inputs[1];
       m.chain.push_back(x);
-      x = add.inputs[0].node;
+      reader = x;
+      x = up_casts(add.inputs[0].node, reader, m.chain);
     }
     if (std::optional<uint32_t> y = scaled(x, m.call, scale)) {
       m.chain.push_back(x);
-      x = *y;
+      reader = x;
+      x = up_casts(*y, reader, m.chain);
     }
     // scores viewed [B, H, Lq, Lk] from bmm(q, k^T) [BH, Lq, Lk]
     std::optional<uint32_t> bmm1 = source(x, Op::kReshape);
@@ -187,8 +237,12 @@ class Matcher {
     m.chain.push_back(x);
     m.chain.push_back(*bmm1);
     const ir::GraphRef q = op(*bmm1).inputs[0], kt = op(*bmm1).inputs[1], v = bmm2.inputs[1];
+    // The call reads q, k and v in one dtype and returns the bmm's.
+    m.dtype = dtype(out);
     for (const ir::GraphRef& r : {q, kt, v})
-      if (type(r).dtype != ir::DType::kFloat32) return std::nullopt;
+      if (type(r).dtype != m.dtype) return std::nullopt;
+    // The mask is float32 or the call's dtype (a half mask is widened).
+    if (mask && type(*mask).dtype != ir::DType::kFloat32 && type(*mask).dtype != m.dtype) return std::nullopt;
     m.inputs = {q, kt, v};
     if (scale) m.inputs.push_back(*scale);
     if (mask) m.inputs.push_back(*mask);
@@ -206,7 +260,7 @@ class Matcher {
     const ProgramOp& o = op(d);
     const ir::Attr* p = o.node->attr_operand(1);
     const ir::Attr* train = o.node->attr_operand(2);
-    if (o.erased || output_[d] || !o.node->mutated.empty() || o.node->outputs.size() != 2 || !f32(d) ||
+    if (o.erased || output_[d] || !o.node->mutated.empty() || o.node->outputs.size() != 2 || !computed(dtype(d)) ||
         o.inputs.size() != 1 || o.inputs[0].index != 0 || o.node->rng_runtime < 0)
       return false;
     if (!p || p->kind != ir::Attr::Kind::kDouble || !(p->d > 0 && p->d < 1)) return false;
@@ -227,9 +281,9 @@ class Matcher {
     // grad v = bmm(probs^T, grad out)
     if (!transposes(*r.probs_t, {probs3, 0})) return std::nullopt;
     b.grad_v = users_[*r.probs_t][0];
-    if (!backward_bmm(b.grad_v) || !same(op(b.grad_v).inputs[0], *r.probs_t)) return std::nullopt;
+    if (!backward_bmm(b.grad_v, m.dtype) || !same(op(b.grad_v).inputs[0], *r.probs_t)) return std::nullopt;
     const ir::GraphRef go = op(b.grad_v).inputs[1];
-    if (type(go).dtype != ir::DType::kFloat32) return std::nullopt;
+    if (type(go).dtype != m.dtype) return std::nullopt;
     erased.push_back(*r.probs_t);
     // grad probs = bmm(grad out, v^T) viewed [B, H, Lq, Lk], through the
     // dropout's backward, into the softmax's
@@ -240,7 +294,8 @@ class Matcher {
         sbo.inputs[0].index != 0 || dims(sb) != dims(sm) || !sb_dim || (sb_dim->i != -1 && sb_dim->i != 3))
       return std::nullopt;
     erased.push_back(sb);
-    uint32_t g = sbo.inputs[0].node;
+    uint32_t reader = sb;
+    uint32_t g = up_casts(sbo.inputs[0].node, reader, erased);
     if (dropout) {
       const ProgramOp& db = op(g);
       const ir::Attr* scale = db.node->attr_operand(2);
@@ -249,7 +304,8 @@ class Matcher {
           scale->kind != ir::Attr::Kind::kDouble || scale->d != 1.0 / (1.0 - m.call.dropout_p))
         return std::nullopt;
       erased.push_back(g);
-      g = db.inputs[0].node;
+      reader = g;
+      g = up_casts(db.inputs[0].node, reader, erased);
     }
     std::optional<uint32_t> dp = source(g, Op::kReshape);
     if (!dp || dims(g) != dims(sm) || !inner(*dp) || kind(*dp) != Op::kBmm || op(*dp).inputs.size() != 2 ||
@@ -258,12 +314,14 @@ class Matcher {
       return std::nullopt;
     erased.insert(erased.end(), {g, *dp, op(*dp).inputs[1].node});
     // grad scores, scaled as the forward scaled them, viewed [BH, Lq, Lk]
-    uint32_t y = users_[sb][0];
+    uint32_t from = sb;
+    uint32_t y = down_casts(users_[sb][0], from, erased);
     std::optional<ir::GraphRef> grad_scale;
     if (m.call.scale != AttentionCall::Scale::kNone) {
-      if (!scales_back(y, sb, m.call, grad_scale)) return std::nullopt;
+      if (!scales_back(y, from, m.call, grad_scale)) return std::nullopt;
       erased.push_back(y);
-      y = users_[y][0];
+      from = y;
+      y = down_casts(users_[y][0], from, erased);
     }
     // (B * H may be another symbol here: its product is not tracked.)
     const uint32_t gs3 = y;
@@ -274,7 +332,7 @@ class Matcher {
     erased.push_back(gs3);
     std::optional<uint32_t> grad_q, grad_kt;
     for (uint32_t u : users_[gs3]) {
-      if (!backward_bmm(u)) return std::nullopt;
+      if (!backward_bmm(u, m.dtype)) return std::nullopt;
       const ProgramOp& uo = op(u);
       if (same(uo.inputs[0], gs3) && transposes(uo.inputs[1].node, kt) && uo.inputs[1].index == 0) {
         grad_q = u;
@@ -293,19 +351,19 @@ class Matcher {
     return b;
   }
 
-  // Whether y scales the softmax's gradient `sb` as `call` scales the scores
-  // (mul or div by a scalar tensor, which `grad_scale` then names, or by the
-  // same constant).
-  bool scales_back(uint32_t y, uint32_t sb, const AttentionCall& call, std::optional<ir::GraphRef>& grad_scale) const {
+  // Whether y scales the softmax's gradient (`g`: it, or a cast of it) as
+  // `call` scales the scores (mul or div by a scalar tensor, which
+  // `grad_scale` then names, or by the same constant).
+  bool scales_back(uint32_t y, uint32_t g, const AttentionCall& call, std::optional<ir::GraphRef>& grad_scale) const {
     const ProgramOp& o = op(y);
-    if (!inner(y) || o.inputs.empty() || !same(o.inputs[0], sb) || dims(y) != dims(sb)) return false;
+    if (!inner(y) || o.inputs.empty() || !same(o.inputs[0], g) || dims(y) != dims(g)) return false;
     switch (call.scale) {
       case AttentionCall::Scale::kMulTensor:
       case AttentionCall::Scale::kDivTensor: {
         const Op want = call.scale == AttentionCall::Scale::kMulTensor ? Op::kMul : Op::kDiv;
         if (kind(y) != want || o.inputs.size() != 2 || !type(o.inputs[1]).sizes.empty()) return false;
         const ir::DType t = type(o.inputs[1]).dtype;
-        if (t != ir::DType::kFloat32 && t != ir::DType::kFloat64) return false;
+        if (!computed(t) && t != ir::DType::kFloat64) return false;
         grad_scale = o.inputs[1];
         return true;
       }
@@ -334,7 +392,7 @@ class Matcher {
     if (k == Op::kMul || k == Op::kDiv) {
       if (o.inputs.size() != 2 || !type(o.inputs[1]).sizes.empty()) return std::nullopt;
       const ir::DType t = type(o.inputs[1]).dtype;
-      if (t != ir::DType::kFloat32 && t != ir::DType::kFloat64) return std::nullopt;
+      if (!computed(t) && t != ir::DType::kFloat64) return std::nullopt;
       scale = o.inputs[1];
       call.scale = k == Op::kMul ? AttentionCall::Scale::kMulTensor : AttentionCall::Scale::kDivTensor;
       return o.inputs[0].node;
