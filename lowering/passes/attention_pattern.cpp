@@ -109,12 +109,11 @@ class Matcher {
            computed(type(op(i).inputs[0]).dtype);
   }
 
-  // Up the chain from x through its casts, which join `chain`; `reader`
-  // becomes the op that reads the value returned.
-  uint32_t up_casts(uint32_t x, uint32_t& reader, std::vector<uint32_t>& chain) const {
+  // Up the chain from x through its casts, which join `chain`: the op that
+  // reads the value returned is then chain.back().
+  uint32_t up_casts(uint32_t x, std::vector<uint32_t>& chain) const {
     while (cast(x) && op(x).inputs[0].index == 0) {
       chain.push_back(x);
-      reader = x;
       x = op(x).inputs[0].node;
     }
     return x;
@@ -184,24 +183,21 @@ class Matcher {
         op(probs3).inputs.empty() || !read_by(probs3, out, readers.probs_t))
       return std::nullopt;
     m.chain.push_back(probs3);
-    uint32_t reader = probs3;
-    uint32_t x = op(probs3).inputs[0].node;
     if (op(probs3).inputs[0].index != 0) return std::nullopt;
-    x = up_casts(x, reader, m.chain);
+    uint32_t x = up_casts(op(probs3).inputs[0].node, m.chain);
     std::optional<uint32_t> dropout;
     if (kind(x) == Op::kNativeDropout) {
-      if (!dropped_out(x, m.call) || !read_by(x, reader, readers.dropout_grad)) return std::nullopt;
+      if (!dropped_out(x, m.call) || !read_by(x, m.chain.back(), readers.dropout_grad)) return std::nullopt;
       dropout = x;
       m.chain.push_back(x);
-      reader = x;
-      x = up_casts(op(x).inputs[0].node, reader, m.chain);
+      x = up_casts(op(x).inputs[0].node, m.chain);
     }
     const uint32_t sm = x;
     if (kind(sm) != Op::kSoftmax && kind(sm) != Op::kSafeSoftmax) return std::nullopt;
     const ir::Node& smn = *op(sm).node;
     const ir::Attr* dim = smn.attr_operand(1);
     if (!replaceable(sm) || smn.outputs.size() != 1 || dims(sm).size() != 4 || !dim || (dim->i != -1 && dim->i != 3) ||
-        op(sm).inputs.empty() || !read_by(sm, reader, readers.softmax_grad))
+        op(sm).inputs.empty() || !read_by(sm, m.chain.back(), readers.softmax_grad))
       return std::nullopt;
     if (const ir::Attr* half = smn.attr_operand(2); half && half->i) return std::nullopt;
     const std::vector<uint32_t>& s4 = dims(sm);
@@ -209,9 +205,8 @@ class Matcher {
     m.call.scores = sm;
     m.call.nan_when_all_masked = kind(sm) == Op::kSoftmax;
     m.chain.push_back(sm);
-    reader = sm;
     if (op(sm).inputs[0].index != 0) return std::nullopt;
-    x = up_casts(op(sm).inputs[0].node, reader, m.chain);
+    x = up_casts(op(sm).inputs[0].node, m.chain);
     std::optional<ir::GraphRef> mask, scale;
     if (kind(x) == Op::kAdd) {  // scores + mask
       const ProgramOp& add = op(x);
@@ -221,13 +216,11 @@ class Matcher {
       if (!computed(type(add.inputs[1]).dtype) || type(add.inputs[1]).sizes.size() > 4) return std::nullopt;
       mask = add.inputs[1];
       m.chain.push_back(x);
-      reader = x;
-      x = up_casts(add.inputs[0].node, reader, m.chain);
+      x = up_casts(add.inputs[0].node, m.chain);
     }
     if (std::optional<uint32_t> y = scaled(x, m.call, scale)) {
       m.chain.push_back(x);
-      reader = x;
-      x = up_casts(*y, reader, m.chain);
+      x = up_casts(*y, m.chain);
     }
     // scores viewed [B, H, Lq, Lk] from bmm(q, k^T) [BH, Lq, Lk]
     std::optional<uint32_t> bmm1 = source(x, Op::kReshape);
@@ -260,8 +253,8 @@ class Matcher {
     const ProgramOp& o = op(d);
     const ir::Attr* p = o.node->attr_operand(1);
     const ir::Attr* train = o.node->attr_operand(2);
-    if (o.erased || output_[d] || !o.node->mutated.empty() || o.node->outputs.size() != 2 || !computed(dtype(d)) ||
-        o.inputs.size() != 1 || o.inputs[0].index != 0 || o.node->rng_runtime < 0)
+    if (!replaceable(d) || o.node->outputs.size() != 2 || o.inputs.size() != 1 || o.inputs[0].index != 0 ||
+        o.node->rng_runtime < 0)
       return false;
     if (!p || p->kind != ir::Attr::Kind::kDouble || !(p->d > 0 && p->d < 1)) return false;
     if (train && train->kind == ir::Attr::Kind::kBool && !train->i) return false;
@@ -294,8 +287,7 @@ class Matcher {
         sbo.inputs[0].index != 0 || dims(sb) != dims(sm) || !sb_dim || (sb_dim->i != -1 && sb_dim->i != 3))
       return std::nullopt;
     erased.push_back(sb);
-    uint32_t reader = sb;
-    uint32_t g = up_casts(sbo.inputs[0].node, reader, erased);
+    uint32_t g = up_casts(sbo.inputs[0].node, erased);
     if (dropout) {
       const ProgramOp& db = op(g);
       const ir::Attr* scale = db.node->attr_operand(2);
@@ -304,8 +296,7 @@ class Matcher {
           scale->kind != ir::Attr::Kind::kDouble || scale->d != 1.0 / (1.0 - m.call.dropout_p))
         return std::nullopt;
       erased.push_back(g);
-      reader = g;
-      g = up_casts(db.inputs[0].node, reader, erased);
+      g = up_casts(db.inputs[0].node, erased);
     }
     std::optional<uint32_t> dp = source(g, Op::kReshape);
     if (!dp || dims(g) != dims(sm) || !inner(*dp) || kind(*dp) != Op::kBmm || op(*dp).inputs.size() != 2 ||
@@ -351,6 +342,25 @@ class Matcher {
     return b;
   }
 
+  // i's second input where it is a 0-dim floating tensor: a scale.
+  std::optional<ir::GraphRef> scale_operand(uint32_t i) const {
+    const ProgramOp& o = op(i);
+    if (o.inputs.size() != 2 || !type(o.inputs[1]).sizes.empty()) return std::nullopt;
+    const ir::DType t = type(o.inputs[1]).dtype;
+    if (!computed(t) && t != ir::DType::kFloat64) return std::nullopt;
+    return o.inputs[1];
+  }
+
+  // i's scalar attribute (operand 1), a double or an int; a runtime scalar
+  // (not an attribute) is not matched.
+  std::optional<double> scale_constant(uint32_t i) const {
+    const ir::Attr* c = op(i).node->attr_operand(1);
+    if (!c) return std::nullopt;
+    if (c->kind == ir::Attr::Kind::kScalarDouble) return c->d;
+    if (c->kind == ir::Attr::Kind::kScalarInt) return static_cast<double>(c->i);
+    return std::nullopt;
+  }
+
   // Whether y scales the softmax's gradient (`g`: it, or a cast of it) as
   // `call` scales the scores (mul or div by a scalar tensor, which
   // `grad_scale` then names, or by the same constant).
@@ -361,20 +371,14 @@ class Matcher {
       case AttentionCall::Scale::kMulTensor:
       case AttentionCall::Scale::kDivTensor: {
         const Op want = call.scale == AttentionCall::Scale::kMulTensor ? Op::kMul : Op::kDiv;
-        if (kind(y) != want || o.inputs.size() != 2 || !type(o.inputs[1]).sizes.empty()) return false;
-        const ir::DType t = type(o.inputs[1]).dtype;
-        if (!computed(t) && t != ir::DType::kFloat64) return false;
-        grad_scale = o.inputs[1];
-        return true;
+        if (kind(y) != want) return false;
+        grad_scale = scale_operand(y);
+        return grad_scale.has_value();
       }
       case AttentionCall::Scale::kMulConstant:
       case AttentionCall::Scale::kDivConstant: {
         const Op want = call.scale == AttentionCall::Scale::kMulConstant ? Op::kMulScalar : Op::kDivScalar;
-        const ir::Attr* c = o.node->attr_operand(1);
-        if (kind(y) != want || !c) return false;
-        const bool is_double = c->kind == ir::Attr::Kind::kScalarDouble;
-        if (!is_double && c->kind != ir::Attr::Kind::kScalarInt) return false;
-        return (is_double ? c->d : static_cast<double>(c->i)) == call.constant;
+        return kind(y) == want && scale_constant(y) == call.constant;
       }
       case AttentionCall::Scale::kNone: return false;
     }
@@ -390,17 +394,14 @@ class Matcher {
     if (!inner(x) || o.inputs.empty() || o.inputs[0].index != 0 || dims(x) != dims(o.inputs[0].node))
       return std::nullopt;
     if (k == Op::kMul || k == Op::kDiv) {
-      if (o.inputs.size() != 2 || !type(o.inputs[1]).sizes.empty()) return std::nullopt;
-      const ir::DType t = type(o.inputs[1]).dtype;
-      if (!computed(t) && t != ir::DType::kFloat64) return std::nullopt;
-      scale = o.inputs[1];
+      scale = scale_operand(x);
+      if (!scale) return std::nullopt;
       call.scale = k == Op::kMul ? AttentionCall::Scale::kMulTensor : AttentionCall::Scale::kDivTensor;
       return o.inputs[0].node;
     }
-    const ir::Attr* c = o.node->attr_operand(1);
-    if (!c || (c->kind != ir::Attr::Kind::kScalarDouble && c->kind != ir::Attr::Kind::kScalarInt))
-      return std::nullopt;  // a runtime scalar (not an attr) is not matched
-    call.constant = c->kind == ir::Attr::Kind::kScalarDouble ? c->d : static_cast<double>(c->i);
+    const std::optional<double> c = scale_constant(x);
+    if (!c) return std::nullopt;
+    call.constant = *c;
     call.scale = k == Op::kMulScalar ? AttentionCall::Scale::kMulConstant : AttentionCall::Scale::kDivConstant;
     return o.inputs[0].node;
   }
